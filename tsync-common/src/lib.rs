@@ -1,0 +1,122 @@
+//! What the tsync kernel programs and the user-space tools share.
+//!
+//! The [`PacketEvent`] record is written by the eBPF programs into the ring buffer, copied unchanged
+//! by the agent into the trace file, and read back by the analyzer without per-record decoding. Its
+//! layout is therefore part of the file format: `#[repr(C)]`, no padding, little-endian (every
+//! Linux target tsync runs on is little-endian; the file header records the byte order anyway).
+#![cfg_attr(not(feature = "user"), no_std)]
+
+#[cfg(feature = "user")]
+pub mod format;
+
+/// Size in bytes of one [`PacketEvent`] (ring buffer entry and trace file record).
+pub const EVENT_SIZE: usize = 80;
+
+/// Which hook saw the packet.
+pub mod direction {
+    /// `net:net_dev_queue`, inside `dev_queue_xmit`: the packet leaves the node.
+    pub const SEND: u8 = 0;
+    /// `net:netif_receive_skb`: the packet enters the node.
+    pub const RECV: u8 = 1;
+}
+
+/// What kind of packet the digest describes.
+pub mod kind {
+    /// IPv4 + TCP: the 31-byte digest of LTTng's `dev_xmit_extended`.
+    pub const TCP4: u8 = 1;
+    /// IPv6 + TCP (no extension headers): the same digest with 16-byte addresses.
+    pub const TCP6: u8 = 2;
+    /// IPv4 + UDP: ports, lengths and the first 8 payload bytes, as LTTng's `udpv4_rcv_extended`.
+    pub const UDP4: u8 = 3;
+}
+
+/// TCP flag bits as they stand in byte 13 of the TCP header (`tcp_flags`).
+pub mod tcp_flag {
+    pub const FIN: u8 = 0x01;
+    pub const SYN: u8 = 0x02;
+    pub const RST: u8 = 0x04;
+    pub const PSH: u8 = 0x08;
+    pub const ACK: u8 = 0x10;
+    pub const URG: u8 = 0x20;
+}
+
+/// The IPv4 EtherType, as stored in [`PacketEvent::network_protocol`].
+pub const ETH_P_IP: u16 = 0x0800;
+/// The IPv6 EtherType.
+pub const ETH_P_IPV6: u16 = 0x86DD;
+/// IP protocol number of TCP.
+pub const IPPROTO_TCP: u8 = 6;
+/// IP protocol number of UDP.
+pub const IPPROTO_UDP: u8 = 17;
+
+/// One packet seen by a hook: a header digest (never payload, but UDP's first 8 bytes) and where and
+/// when it was seen.
+///
+/// Multi-byte integers are in host (little-endian) order, converted from network order in the
+/// kernel, except the addresses, which keep network order byte by byte (an IPv4 address fills the
+/// first 4 bytes, the rest is zero).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
+pub struct PacketEvent {
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) at the hook; in a file, after `--clock-skew`.
+    pub ts_ns: u64,
+    /// Index of the interface the packet left or entered by.
+    pub ifindex: u32,
+    /// CPU the hook ran on.
+    pub cpu: u16,
+    /// [`direction::SEND`] or [`direction::RECV`].
+    pub direction: u8,
+    /// [`kind::TCP4`], [`kind::TCP6`] or [`kind::UDP4`].
+    pub kind: u8,
+    /// Source address, network byte order.
+    pub saddr: [u8; 16],
+    /// Destination address, network byte order.
+    pub daddr: [u8; 16],
+    /// EtherType of the network header ([`ETH_P_IP`] or [`ETH_P_IPV6`]).
+    pub network_protocol: u16,
+    /// IPv4 total length; for IPv6 the payload length plus the 40-byte fixed header.
+    pub tot_len: u16,
+    /// Source port.
+    pub source: u16,
+    /// Destination port.
+    pub dest: u16,
+    /// TCP sequence number (0 for UDP).
+    pub seq: u32,
+    /// TCP acknowledgment number (0 for UDP).
+    pub ack_seq: u32,
+    /// IP protocol number ([`IPPROTO_TCP`] or [`IPPROTO_UDP`]).
+    pub transport_protocol: u8,
+    /// IPv4 header length in 32-bit words (0 for IPv6).
+    pub ihl: u8,
+    /// TCP data offset in 32-bit words (0 for UDP).
+    pub doff: u8,
+    /// TCP flags byte (see [`tcp_flag`]; 0 for UDP).
+    pub tcp_flags: u8,
+    /// UDP: the first 8 payload bytes, zero-padded. TCP: zero.
+    pub udp_data: [u8; 8],
+    /// UDP length field (0 for TCP).
+    pub udp_len: u16,
+    /// Zero; room for later versions.
+    pub reserved: [u8; 2],
+}
+
+const _: () = assert!(core::mem::size_of::<PacketEvent>() == EVENT_SIZE);
+const _: () = assert!(core::mem::align_of::<PacketEvent>() == 8);
+
+impl PacketEvent {
+    /// True for the TCP kinds.
+    pub fn is_tcp(&self) -> bool {
+        self.kind == kind::TCP4 || self.kind == kind::TCP6
+    }
+
+    /// TCP payload length in bytes, from the IP and TCP header lengths (saturating at 0).
+    pub fn tcp_payload_len(&self) -> u32 {
+        let ip_header = if self.kind == kind::TCP6 {
+            40
+        } else {
+            4 * u32::from(self.ihl)
+        };
+        u32::from(self.tot_len).saturating_sub(ip_header + 4 * u32::from(self.doff))
+    }
+}

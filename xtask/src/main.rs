@@ -1,0 +1,4 @@
+//! `cargo xtask`: setup, demo and benchmarks.
+fn main() {
+    eprintln!("xtask: nothing yet");
+}
