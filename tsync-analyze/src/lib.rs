@@ -1,0 +1,1 @@
+//! The analyzer's library: everything `tsync-analyze` does, usable from tests and benchmarks.
