@@ -186,7 +186,7 @@ mod tests {
             }
             for &a in &s {
                 for &b in &s {
-                    if a.x < p.x && p.x < b.x && sign as i128 * cross(a, b, p) <= 0 {
+                    if a.x < p.x && p.x < b.x && sign as i128 * cross(a, b, p) >= 0 {
                         continue 'next;
                     }
                 }

@@ -21,5 +21,6 @@ pub mod progress;
 pub mod reduction;
 pub mod report;
 pub mod sync;
+pub mod synth;
 pub mod text;
 pub mod tracefile;

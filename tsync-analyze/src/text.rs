@@ -132,6 +132,9 @@ pub fn for_each_message_with_progress(
     Ok(stats)
 }
 
+/// A line callback of [`scan`].
+type LineHandler<'a> = dyn FnMut(u64, &[u8], &mut usize) -> Result<bool, InputError> + 'a;
+
 /// Calls `on_line(line_number, buffer, position)` for every line, where `buffer[position..]`
 /// starts the line and is guaranteed to contain its terminating `\n` (one is added at the end of
 /// the file if missing). The callback advances `position` past the `\n` and returns whether to go
@@ -139,7 +142,7 @@ pub fn for_each_message_with_progress(
 fn scan(
     path: &Path,
     progress: &mut dyn FnMut(u64),
-    on_line: &mut dyn FnMut(u64, &[u8], &mut usize) -> Result<bool, InputError>,
+    on_line: &mut LineHandler<'_>,
 ) -> Result<u64, InputError> {
     let mut file = std::fs::File::open(path).map_err(|e| InputError::io(path, e))?;
     let mut buf = vec![0u8; BLOCK];
