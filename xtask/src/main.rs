@@ -1,5 +1,7 @@
 //! `cargo xtask`: setup, demo, simulation and benchmarks.
 
+mod demo;
+mod netns;
 mod simulate;
 mod traffic;
 
@@ -43,4 +45,12 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The workspace's root folder (xtask lives one level below it).
+pub fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is inside the workspace")
+        .to_owned()
 }
