@@ -77,6 +77,9 @@ pub struct NodeTruth {
     pub file: PathBuf,
     pub clock: ClockModel,
     pub events: u64,
+    /// Local times of the node's first and last events (ns).
+    pub first_ns: u64,
+    pub last_ns: u64,
 }
 
 impl Truth {
@@ -109,6 +112,8 @@ struct Node {
     writer: TraceWriter<std::io::BufWriter<std::fs::File>>,
     pending: BinaryHeap<Pending>,
     events: u64,
+    first_ns: Option<u64>,
+    last_ns: u64,
 }
 
 impl Node {
@@ -124,6 +129,8 @@ impl Node {
             let event = self.pending.pop().expect("peeked").0;
             self.writer.write_event(&event)?;
             self.events += 1;
+            self.first_ns.get_or_insert(event.ts_ns);
+            self.last_ns = event.ts_ns;
         }
         Ok(())
     }
@@ -161,12 +168,16 @@ pub fn simulate(config: &SimConfig, out: &Path) -> anyhow::Result<Truth> {
             file,
             clock: clock.clone(),
             events: 0,
+            first_ns: 0,
+            last_ns: 0,
         });
         nodes.push(Node {
             clock,
             writer,
             pending: BinaryHeap::new(),
             events: 0,
+            first_ns: None,
+            last_ns: 0,
         });
     }
     let mut connections = traffic::connections(config, &mut rng);
@@ -204,6 +215,7 @@ pub fn simulate(config: &SimConfig, out: &Path) -> anyhow::Result<Truth> {
         next.push(std::cmp::Reverse((following as u64, c)));
     }
     for (node, truth) in nodes.into_iter().zip(&mut truth_nodes) {
+        (truth.first_ns, truth.last_ns) = (node.first_ns.unwrap_or(0), node.last_ns);
         truth.events = finish_node(node)?;
     }
     let truth = Truth {
