@@ -6,6 +6,7 @@
 //! asymmetric minimum delays, heavy-tailed latencies, many nodes. Each node's file is exactly what
 //! `tsync-agent` would have written had it run there, so the analyzer reads it the same way.
 
+pub mod check;
 pub mod clock;
 pub mod network;
 mod traffic;
