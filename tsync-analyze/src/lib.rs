@@ -13,6 +13,7 @@ pub mod corridor;
 pub mod error;
 pub mod exchange;
 pub mod hull;
+pub mod info;
 pub mod input;
 pub mod linreg;
 pub mod matching;

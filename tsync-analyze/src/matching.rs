@@ -58,6 +58,8 @@ pub struct MatchStats {
     pub out_of_order: u64,
     /// Exchanges formed.
     pub exchanges: u64,
+    /// What the user should know about the inputs (damaged files, lost events, …).
+    pub warnings: Vec<String>,
 }
 
 impl MatchStats {
@@ -69,6 +71,7 @@ impl MatchStats {
         self.ambiguous += o.ambiguous;
         self.out_of_order += o.out_of_order;
         self.exchanges += o.exchanges;
+        self.warnings.extend(o.warnings.iter().cloned());
     }
 }
 

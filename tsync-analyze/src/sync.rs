@@ -306,7 +306,7 @@ pub fn finish(
     options: &SyncOptions,
     reference: Option<u32>,
 ) -> SyncResult {
-    let mut warnings = Vec::new();
+    let mut warnings = matching.warnings.clone();
     let mut pairs: Vec<PairResult> = acc
         .pairs
         .into_iter()

@@ -1,34 +1,199 @@
-//! Agent trace files (placeholder until the trace format lands in main).
-use std::path::Path;
+//! Agent trace files as inputs: one trace per file, events streamed chunk by chunk and merged
+//! across files in time order for matching.
+//!
+//! Each node's monotonic clock starts at its own boot, so raw times of different nodes can be
+//! hours apart. For the merge (and the matching window) every trace is shifted onto an
+//! approximate common axis, CLOCK_REALTIME, using the latest clock sample read so far (realtime −
+//! monotonic, both read back to back by the agent), or the header's start times before the first
+//! sample. That alignment is only as good as the nodes' NTP (milliseconds); the window absorbs it.
+//! The estimate itself never uses it.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use tsync_common::format::{FormatError, TraceReader};
+use tsync_common::{PacketEvent, direction};
 
 use crate::error::InputError;
 use crate::input::Source;
-use crate::matching::{MatchOptions, MatchStats};
+use crate::matching::{MatchOptions, MatchStats, Matcher};
 use crate::message::MessageSink;
 
 /// The trace file header.
-#[derive(Clone, Debug, Default)]
-pub struct TraceHeader {
-    pub node: String,
-    pub hostname: String,
-}
+pub type TraceHeader = tsync_common::format::Header;
 
+/// True when the start of a file is a trace file's magic.
 pub fn is_trace_file(prefix: &[u8]) -> bool {
-    prefix.starts_with(b"TSYNCTRC")
+    tsync_common::format::is_trace_file(prefix)
 }
 
+fn trace_error(path: &Path, e: FormatError) -> InputError {
+    match e {
+        FormatError::Io { context, source } => InputError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::new(source.kind(), format!("{context}: {source}")),
+        },
+        other => InputError::Trace {
+            path: path.to_path_buf(),
+            what: other.to_string(),
+        },
+    }
+}
+
+/// Reads the header of a trace file.
 pub fn read_header(path: &Path) -> Result<TraceHeader, InputError> {
-    Err(InputError::Trace {
-        path: path.to_path_buf(),
-        what: "trace files are not supported yet".into(),
-    })
+    TraceReader::open(path)
+        .map(|r| r.header().clone())
+        .map_err(|e| trace_error(path, e))
 }
 
+/// One file being streamed.
+struct Stream {
+    path: PathBuf,
+    trace: u32,
+    reader: TraceReader<BufReader<File>>,
+    events: Vec<PacketEvent>,
+    pos: usize,
+    /// Events consumed (index of the next one in file order).
+    index: u64,
+    /// realtime − monotonic, ns.
+    shift: i64,
+    samples_used: usize,
+    last_ts: i64,
+    out_of_order: u64,
+    invalid: u64,
+}
+
+impl Stream {
+    /// Loads the next chunk; false at the end.
+    fn refill(&mut self) -> Result<bool, InputError> {
+        let chunk = self
+            .reader
+            .next_events()
+            .map_err(|e| trace_error(&self.path, e))?;
+        let more = match chunk {
+            Some(ev) => {
+                self.events.clear();
+                self.events.extend_from_slice(ev);
+                self.pos = 0;
+                true
+            }
+            None => false,
+        };
+        let samples = self.reader.clock_samples();
+        if samples.len() > self.samples_used {
+            let s = samples[samples.len() - 1];
+            self.shift = s.realtime_ns.wrapping_sub(s.monotonic_ns as i64);
+            self.samples_used = samples.len();
+        }
+        Ok(more)
+    }
+
+    #[inline]
+    fn aligned(&self, e: &PacketEvent) -> i64 {
+        (e.ts_ns as i64).saturating_add(self.shift)
+    }
+}
+
+/// Matches the events of several trace files and streams the messages to `sink`.
 pub fn match_files(
-    _sources: &[&Source],
-    _options: &MatchOptions,
-    _sink: &mut dyn MessageSink,
-    _progress: &mut dyn FnMut(u64),
+    sources: &[&Source],
+    options: &MatchOptions,
+    sink: &mut dyn MessageSink,
+    progress: &mut dyn FnMut(u64),
 ) -> Result<MatchStats, InputError> {
-    Ok(MatchStats::default())
+    let mut streams = Vec::with_capacity(sources.len());
+    for s in sources {
+        let reader = TraceReader::open(&s.path).map_err(|e| trace_error(&s.path, e))?;
+        let h = reader.header();
+        let shift = h
+            .start_realtime_ns
+            .wrapping_sub(h.start_monotonic_ns as i64);
+        streams.push(Stream {
+            path: s.path.clone(),
+            trace: s.first_trace,
+            reader,
+            events: Vec::new(),
+            pos: 0,
+            index: 0,
+            shift,
+            samples_used: 0,
+            last_ts: i64::MIN,
+            out_of_order: 0,
+            invalid: 0,
+        });
+    }
+    let mut heap = BinaryHeap::with_capacity(streams.len());
+    for (i, st) in streams.iter_mut().enumerate() {
+        if st.refill()? {
+            heap.push(Reverse((st.aligned(&st.events[0]), i)));
+        }
+    }
+    let mut matcher = Matcher::new(options);
+    while let Some(Reverse((_, i))) = heap.pop() {
+        let limit = heap.peek().map_or(i64::MAX, |r| r.0.0);
+        let st = &mut streams[i];
+        loop {
+            if st.pos == st.events.len() {
+                progress(st.events.len() as u64 * tsync_common::EVENT_SIZE as u64);
+                if !st.refill()? {
+                    break;
+                }
+            }
+            let e = &st.events[st.pos];
+            let aligned = st.aligned(e);
+            if aligned > limit {
+                heap.push(Reverse((aligned, i)));
+                break;
+            }
+            st.pos += 1;
+            let index = st.index;
+            st.index += 1;
+            if e.ts_ns > i64::MAX as u64
+                || (e.direction != direction::SEND && e.direction != direction::RECV)
+            {
+                st.invalid += 1;
+                continue;
+            }
+            let t = e.ts_ns as i64;
+            if t < st.last_ts {
+                st.out_of_order += 1;
+                matcher.out_of_order();
+            }
+            st.last_ts = st.last_ts.max(t);
+            matcher.event(st.trace, e, t, aligned, index, sink);
+        }
+    }
+    let mut stats = matcher.finish(sink);
+    for st in &streams {
+        let name = st.path.display();
+        if let Some(d) = st.reader.damage() {
+            stats.warnings.push(format!(
+                "{name}: damaged or cut short: {d}; the events before were used"
+            ));
+        }
+        let lost = st.reader.lost().total();
+        if lost > 0 {
+            stats.warnings.push(format!(
+                "{name}: the kernel lost {lost} events while recording (ring buffer full); \
+                 their packets are unmatched"
+            ));
+        }
+        if st.out_of_order > 0 {
+            stats.warnings.push(format!(
+                "{name}: {} events were out of time order in the file (used anyway)",
+                st.out_of_order
+            ));
+        }
+        if st.invalid > 0 {
+            stats.warnings.push(format!(
+                "{name}: {} events with an impossible timestamp or direction were skipped",
+                st.invalid
+            ));
+        }
+    }
+    Ok(stats)
 }
