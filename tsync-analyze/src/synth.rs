@@ -5,7 +5,13 @@
 //! minimum plus an exponential (or Pareto heavy-tailed) extra. The truth is known exactly, so a
 //! test can check the estimate, the guaranteed interval and the absence of inversions.
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use tsync_common::format::{ClockSample, Footer, FormatError, Header, TraceWriter};
+use tsync_common::{ETH_P_IP, IPPROTO_TCP, PacketEvent, direction, kind, tcp_flag};
 
 use crate::message::Message;
 
@@ -126,6 +132,11 @@ impl Workload {
     /// Generates the messages in true send-time order; `f` gets each message and its true send
     /// time.
     pub fn generate(&self, mut f: impl FnMut(Message, f64)) {
+        self.generate_timed(|m, t, _| f(m, t));
+    }
+
+    /// Like [`generate`](Self::generate), with the true arrival time too.
+    pub fn generate_timed(&self, mut f: impl FnMut(Message, f64, f64)) {
         let mut rng = Rng::new(self.seed);
         let mut t = self.start_ns;
         for _ in 0..self.messages {
@@ -152,6 +163,7 @@ impl Workload {
                     recv_ns: self.clocks[r as usize].local(arrive),
                 },
                 t,
+                arrive,
             );
         }
     }
@@ -178,5 +190,183 @@ impl Workload {
         });
         err?;
         w.flush()
+    }
+}
+
+/// Base of the synthetic wall clock (ns since the epoch), for trace headers and clock samples.
+const REALTIME_BASE_NS: i64 = 1_700_000_000_000_000_000;
+
+/// An event waiting to be written in its trace's time order.
+struct Pending {
+    ts: u64,
+    seq: u64,
+    event: PacketEvent,
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, o: &Self) -> bool {
+        (self.ts, self.seq) == (o.ts, o.seq)
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Pending {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (o.ts, o.seq).cmp(&(self.ts, self.seq))
+    }
+}
+
+/// One TCP connection per linked pair, carrying data both ways with cumulative ACKs, so that the
+/// ACK rule of the matcher finds exchanges.
+#[derive(Default)]
+struct Flow {
+    /// Next sequence number per direction (0: low→high trace, 1: high→low).
+    next_seq: [u32; 2],
+    /// Bytes of each direction delivered so far, and arrivals not yet delivered (min-heap).
+    delivered: [u32; 2],
+    arrivals: [BinaryHeap<Reverse<(u64, u32)>>; 2],
+}
+
+fn addr(trace: u32) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a[..4].copy_from_slice(&[10, (trace >> 16) as u8, (trace >> 8) as u8, trace as u8 + 1]);
+    a
+}
+
+impl Workload {
+    /// Writes the workload as agent trace files, one per trace (`node0.tsync`, …) in `dir`, and
+    /// returns their paths. Every message is a TCP segment with a unique digest; events are
+    /// written in each trace's time order, with a clock sample every simulated second.
+    pub fn write_traces(&self, dir: &Path) -> Result<Vec<PathBuf>, FormatError> {
+        let n = self.clocks.len();
+        let paths: Vec<PathBuf> = (0..n).map(|k| dir.join(format!("node{k}.tsync"))).collect();
+        let mut writers = Vec::with_capacity(n);
+        for (k, p) in paths.iter().enumerate() {
+            let header = Header {
+                node: format!("node{k}"),
+                hostname: format!("node{k}"),
+                clocksource: "synthetic".into(),
+                start_realtime_ns: REALTIME_BASE_NS + self.start_ns as i64,
+                start_monotonic_ns: self.clocks[k].local(self.start_ns) as u64,
+                ..Header::default()
+            };
+            writers.push(TraceWriter::create(p, &header)?);
+        }
+        let mut pending: Vec<BinaryHeap<Pending>> = (0..n).map(|_| BinaryHeap::new()).collect();
+        let mut flows: HashMap<(u32, u32), Flow> = HashMap::new();
+        let mut seq = 0u64;
+        let mut next_sample = self.start_ns;
+        let mut counts = vec![(0u64, 0u64); n];
+        let mut error = None;
+        self.generate_timed(|m, t, arrive| {
+            if error.is_some() {
+                return;
+            }
+            // Everything due before t can be written: later events all happen after t.
+            for k in 0..n {
+                let now = self.clocks[k].local(t) as u64;
+                while pending[k].peek().is_some_and(|p| p.ts <= now) {
+                    let p = pending[k].pop().expect("peeked");
+                    if let Err(e) = writers[k].write_event(&p.event) {
+                        error = Some(e);
+                        return;
+                    }
+                }
+            }
+            if t >= next_sample {
+                for (k, w) in writers.iter_mut().enumerate() {
+                    let mono = self.clocks[k].local(t) as u64;
+                    let sample = ClockSample {
+                        monotonic_ns: mono,
+                        monotonic_raw_ns: mono,
+                        realtime_ns: REALTIME_BASE_NS + t as i64,
+                        tsc: 0,
+                    };
+                    if let Err(e) = w.write_clock_sample(sample) {
+                        error = Some(e);
+                        return;
+                    }
+                }
+                next_sample += 1e9;
+            }
+            let (s, r) = (m.send_trace, m.recv_trace);
+            let key = (s.min(r), s.max(r));
+            let dir = usize::from(s > r);
+            let flow = flows.entry(key).or_default();
+            // Deliver what the sender has received of the other direction by now.
+            let back = 1 - dir;
+            while flow.arrivals[back]
+                .peek()
+                .is_some_and(|a| a.0.0 <= t as u64)
+            {
+                let Reverse((_, end)) = flow.arrivals[back].pop().expect("peeked");
+                if end.wrapping_sub(flow.delivered[back]) as i32 > 0 {
+                    flow.delivered[back] = end;
+                }
+            }
+            let payload: u16 = 100;
+            let event = PacketEvent {
+                ts_ns: 0,
+                ifindex: 2,
+                cpu: 0,
+                direction: direction::SEND,
+                kind: kind::TCP4,
+                saddr: addr(s),
+                daddr: addr(r),
+                network_protocol: ETH_P_IP,
+                tot_len: 40 + payload,
+                source: 40000 + (key.0 as u16) * 2 + dir as u16,
+                dest: 40000 + (key.0 as u16) * 2 + back as u16,
+                seq: flow.next_seq[dir],
+                ack_seq: flow.delivered[back],
+                transport_protocol: IPPROTO_TCP,
+                ihl: 5,
+                doff: 5,
+                tcp_flags: tcp_flag::ACK | tcp_flag::PSH,
+                ..PacketEvent::default()
+            };
+            flow.next_seq[dir] = flow.next_seq[dir].wrapping_add(u32::from(payload));
+            flow.arrivals[dir].push(Reverse((arrive as u64, flow.next_seq[dir])));
+            for (trace, ts, d) in [
+                (s, m.send_ns, direction::SEND),
+                (r, m.recv_ns, direction::RECV),
+            ] {
+                seq += 1;
+                let mut e = event;
+                e.ts_ns = ts as u64;
+                e.direction = d;
+                let c = &mut counts[trace as usize];
+                if d == direction::SEND {
+                    c.0 += 1;
+                } else {
+                    c.1 += 1;
+                }
+                pending[trace as usize].push(Pending {
+                    ts: e.ts_ns,
+                    seq,
+                    event: e,
+                });
+            }
+        });
+        if let Some(e) = error {
+            return Err(e);
+        }
+        for (k, mut w) in writers.into_iter().enumerate() {
+            while let Some(p) = pending[k].pop() {
+                w.write_event(&p.event)?;
+            }
+            let footer = Footer {
+                events: counts[k].0 + counts[k].1,
+                send_events: counts[k].0,
+                recv_events: counts[k].1,
+                ..Footer::default()
+            };
+            w.finish(&footer)?;
+        }
+        Ok(paths)
     }
 }

@@ -1,0 +1,226 @@
+//! Agent trace files as inputs: matching across files, alignment of unrelated monotonic clocks,
+//! ambiguous keys (retransmissions), loopback, and agreement with the text route.
+
+use std::path::Path;
+
+use tsync_analyze::corridor::Quality;
+use tsync_analyze::input::InputSet;
+use tsync_analyze::matching::MatchOptions;
+use tsync_analyze::message::{MatchedMessage, Message, MessageSink, Origin};
+use tsync_analyze::sync::{self, Algorithm, SyncOptions};
+use tsync_analyze::synth::{Clock, DelayTail, Workload};
+use tsync_common::format::{ClockSample, Footer, Header, TraceWriter};
+use tsync_common::{PacketEvent, direction, kind, tcp_flag};
+
+fn workload(clocks: Vec<Clock>, messages: u64) -> Workload {
+    let n = clocks.len() as u32;
+    let links = (0..n)
+        .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+        .collect();
+    Workload {
+        clocks,
+        links,
+        messages,
+        start_ns: 20e9,
+        interval_ns: 200_000.0,
+        min_delay_ns: 20_000.0,
+        tail: DelayTail::Exponential { mean_ns: 40_000.0 },
+        max_extra_ns: 5_000_000.0,
+        seed: 42,
+    }
+}
+
+#[derive(Default)]
+struct Collect(Vec<(Message, Origin, u8)>);
+
+impl MessageSink for Collect {
+    fn message(&mut self, m: &MatchedMessage<'_>) {
+        self.0
+            .push((m.message, m.origin, m.send_event.unwrap().kind));
+    }
+}
+
+#[test]
+fn trace_files_synchronize_nodes_booted_hours_apart() {
+    let clocks = vec![
+        Clock {
+            offset_ns: 5_000e9,
+            drift_ppm: 120.0,
+        },
+        Clock {
+            offset_ns: 90_000e9,
+            drift_ppm: -80.0,
+        },
+        Clock {
+            offset_ns: 3e9,
+            drift_ppm: 10.0,
+        },
+    ];
+    let w = workload(clocks.clone(), 20_000);
+    let dir = tempfile::tempdir().unwrap();
+    let paths = w.write_traces(dir.path()).unwrap();
+    let inputs = InputSet::open(&paths).unwrap();
+    assert_eq!(inputs.traces[1].name, "node1");
+    let r = sync::run(&inputs, &SyncOptions::default(), &mut |_| {}).unwrap();
+    assert_eq!(r.matching.matched, 20_000, "{:?}", r.matching);
+    assert_eq!(
+        r.matching.unmatched + r.matching.ambiguous + r.matching.same_trace,
+        0
+    );
+    assert_eq!(r.matching.out_of_order, 0);
+    for p in &r.pairs {
+        assert_eq!(p.quality, Quality::Accurate);
+        let acc = p.accuracy.as_ref().unwrap();
+        let (ca, cb) = (clocks[p.a as usize], clocks[p.b as usize]);
+        for pt in &acc.points {
+            let truth = ca.map_to(&cb, pt.t_a as f64);
+            assert!(pt.lo - 1e-3 <= truth && truth <= pt.hi + 1e-3);
+        }
+    }
+    // Same messages as the text route, and the same result.
+    let mut text = Vec::new();
+    w.write_text(&mut text).unwrap();
+    let tp = dir.path().join("msgs.txt");
+    std::fs::write(&tp, text).unwrap();
+    let rt = sync::run(
+        &InputSet::open(&[&tp]).unwrap(),
+        &SyncOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    for (a, b) in r.traces.iter().zip(&rt.traces) {
+        assert_eq!(a.map, b.map);
+        assert_eq!(a.reference, b.reference);
+    }
+    // Exchanges from TCP ACKs feed the regression.
+    let lr = sync::run(
+        &inputs,
+        &SyncOptions {
+            algorithm: Algorithm::Linreg,
+            ..Default::default()
+        },
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(lr.matching.exchanges > 1000, "{:?}", lr.matching);
+    for t in &lr.traces {
+        let c = clocks[t.index as usize];
+        let rc = clocks[t.reference as usize];
+        let local = c.local(21e9) as f64;
+        assert!((t.map.apply(local) - c.map_to(&rc, local)).abs() < 50_000.0);
+    }
+}
+
+fn tcp(ts: u64, dir: u8, src: u8, dst: u8, seq: u32) -> PacketEvent {
+    let mut saddr = [0u8; 16];
+    saddr[..4].copy_from_slice(&[10, 0, 0, src]);
+    let mut daddr = [0u8; 16];
+    daddr[..4].copy_from_slice(&[10, 0, 0, dst]);
+    PacketEvent {
+        ts_ns: ts,
+        direction: dir,
+        kind: kind::TCP4,
+        saddr,
+        daddr,
+        tot_len: 140,
+        source: 1000,
+        dest: 2000,
+        seq,
+        ihl: 5,
+        doff: 5,
+        tcp_flags: tcp_flag::ACK,
+        ..PacketEvent::default()
+    }
+}
+
+fn write(path: &Path, node: &str, events: &[PacketEvent]) {
+    let header = Header {
+        node: node.into(),
+        start_realtime_ns: 1_000_000_000_000,
+        start_monotonic_ns: 1_000_000_000,
+        ..Header::default()
+    };
+    let mut w = TraceWriter::create(path, &header).unwrap();
+    w.write_clock_sample(ClockSample {
+        monotonic_ns: 1_000_000_000,
+        monotonic_raw_ns: 1_000_000_000,
+        realtime_ns: 1_000_000_000_000,
+        tsc: 0,
+    })
+    .unwrap();
+    w.write_events(events).unwrap();
+    w.finish(&Footer::default()).unwrap();
+}
+
+#[test]
+fn retransmissions_are_ambiguous_and_loopback_is_dropped() {
+    let s = 1_000_000_000u64;
+    let a = vec![
+        tcp(s + 1_000, direction::SEND, 1, 2, 1), // matched once
+        tcp(s + 2_000, direction::SEND, 1, 2, 2), // sent...
+        tcp(s + 300_000_000, direction::SEND, 1, 2, 2), // ...and retransmitted: ambiguous
+        tcp(s + 400_000_000, direction::SEND, 1, 1, 9), // loopback send
+        tcp(s + 400_000_100, direction::RECV, 1, 1, 9), // loopback receive
+        tcp(s + 500_000_000, direction::SEND, 1, 2, 3), // never received: unmatched
+    ];
+    let b = vec![
+        tcp(s + 60_000, direction::RECV, 1, 2, 1),
+        tcp(s + 300_060_000, direction::RECV, 1, 2, 2),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let (pa, pb) = (dir.path().join("a.trace"), dir.path().join("b.trace"));
+    write(&pa, "a", &a);
+    write(&pb, "b", &b);
+    let inputs = InputSet::open(&[&pa, &pb]).unwrap();
+    let mut c = Collect::default();
+    let st = inputs
+        .for_each_message(&MatchOptions::default(), &mut c, &mut |_| {})
+        .unwrap();
+    assert_eq!(st.events, 8);
+    assert_eq!(st.matched, 1);
+    assert_eq!(st.ambiguous, 1);
+    assert_eq!(st.same_trace, 1);
+    assert_eq!(st.unmatched, 4, "3 of the ambiguous key + 1 never received");
+    assert_eq!(c.0.len(), 1);
+    let (m, origin, k) = c.0[0];
+    assert_eq!(
+        (m.send_trace, m.recv_trace, m.send_ns, m.recv_ns),
+        (0, 1, 1_000_001_000, 1_000_060_000)
+    );
+    assert_eq!(
+        origin,
+        Origin::Events {
+            send_index: 0,
+            recv_index: 0
+        }
+    );
+    assert_eq!(k, kind::TCP4);
+    // With a window shorter than the retransmission delay, the key is decided per window: the
+    // first send (whose reception never came within the window) is unmatched and the
+    // retransmission pairs with the receive that follows it.
+    let short = MatchOptions {
+        window_ns: 100_000_000,
+        exchanges: false,
+    };
+    let mut c = Collect::default();
+    let st = inputs
+        .for_each_message(&short, &mut c, &mut |_| {})
+        .unwrap();
+    assert_eq!(st.ambiguous, 0);
+    assert_eq!(st.matched, 2);
+    assert_eq!(c.0[1].0.send_ns, 1_300_000_000);
+}
+
+#[test]
+fn a_text_file_is_not_mistaken_for_a_trace_and_vice_versa() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("looks.txt");
+    write(&p, "x", &[]);
+    let inputs = InputSet::open(&[&p]).unwrap();
+    assert_eq!(inputs.traces.len(), 1);
+    assert_eq!(inputs.traces[0].name, "x");
+    let bad = dir.path().join("cut.trace");
+    std::fs::write(&bad, b"TSYNCTRC\x01\x00").unwrap();
+    let e = InputSet::open(&[&bad]).unwrap_err().to_string();
+    assert!(e.contains("cut.trace"), "{e}");
+}
