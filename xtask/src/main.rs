@@ -1,5 +1,6 @@
 //! `cargo xtask`: setup, demo, simulation and benchmarks.
 
+mod bench_analyze;
 mod demo;
 mod netns;
 mod simulate;
@@ -26,6 +27,8 @@ enum Command {
     },
     /// Generate request/response and bulk TCP traffic to peers (the demo runs one per node).
     Traffic(traffic::TrafficArgs),
+    /// Benchmarks (`cargo xtask bench analyze`).
+    Bench(bench_analyze::BenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,6 +42,7 @@ fn main() -> anyhow::Result<()> {
                 out.display()
             );
         }
+        Command::Bench(args) => bench_analyze::run(&args)?,
         Command::Traffic(args) => {
             let exchanges = traffic::run(&args)?;
             println!("{exchanges} request/response exchanges completed");

@@ -1,0 +1,200 @@
+//! `cargo xtask bench analyze`: throughput and peak memory of `tsync-analyze sync`.
+//!
+//! Generates deterministic workloads (tsync-analyze's `synth`): 10⁷ messages between 2 traces,
+//! 10⁶ among 16 traces, and 10⁶ between 2 traces (to show that memory does not grow with trace
+//! length), each as a text message file and as agent trace files. Runs the release binary on each
+//! as a child process, one at a time, and reads its peak RSS from `wait4`. Baselines measured in
+//! the same run: reading the files (`cat > /dev/null`) and `tsync-analyze messages` (parse, match
+//! and print without any geometry). Prints a Markdown table and writes it to
+//! `target/bench/analyze.md`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use tsync_analyze::synth::Workload;
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: BenchWhat,
+}
+
+#[derive(clap::Subcommand)]
+pub enum BenchWhat {
+    /// Throughput and peak memory of `tsync-analyze sync` on text and trace-file inputs.
+    Analyze {
+        /// Scale the message counts (e.g. 0.1 for a quick run).
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// Regenerate the inputs even if they exist.
+        #[arg(long)]
+        regenerate: bool,
+    },
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    match args.what {
+        BenchWhat::Analyze { scale, regenerate } => analyze(scale, regenerate),
+    }
+}
+
+struct Dataset {
+    name: String,
+    traces: usize,
+    messages: u64,
+    dir: PathBuf,
+}
+
+impl Dataset {
+    fn text(&self) -> PathBuf {
+        self.dir.join("messages.txt")
+    }
+
+    fn trace_files(&self) -> Vec<PathBuf> {
+        (0..self.traces)
+            .map(|k| self.dir.join(format!("node{k}.tsync")))
+            .collect()
+    }
+}
+
+fn generate(d: &Dataset, regenerate: bool) -> Result<()> {
+    let done = d.dir.join(".complete");
+    if done.exists() && !regenerate {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&d.dir)?;
+    let w = Workload::benchmark(d.traces, d.messages, 2026);
+    eprintln!("generating {} ({} messages)…", d.name, d.messages);
+    let mut f = std::fs::File::create(d.text())?;
+    w.write_text(&mut f)?;
+    w.write_traces(&d.dir)
+        .map_err(|e| anyhow::anyhow!("writing trace files: {e}"))?;
+    std::fs::write(&done, b"")?;
+    Ok(())
+}
+
+struct Measure {
+    seconds: f64,
+    max_rss_kib: i64,
+}
+
+/// Runs a command with stdout to /dev/null and returns its wall time and peak RSS.
+fn measure(program: &Path, args: &[PathBuf], pre: &[&str]) -> Result<Measure> {
+    let mut cmd = Command::new(program);
+    cmd.args(pre)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let start = Instant::now();
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("running {}", program.display()))?;
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is plain old data; wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let seconds = start.elapsed().as_secs_f64();
+    if r != pid {
+        bail!("wait4 failed: {}", std::io::Error::last_os_error());
+    }
+    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr {
+            use std::io::Read;
+            let _ = e.read_to_string(&mut err);
+        }
+        bail!("{} {:?} failed: {err}", program.display(), pre);
+    }
+    Ok(Measure {
+        seconds,
+        max_rss_kib: usage.ru_maxrss,
+    })
+}
+
+fn size(paths: &[PathBuf]) -> u64 {
+    paths
+        .iter()
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum()
+}
+
+fn analyze(scale: f64, regenerate: bool) -> Result<()> {
+    let root = crate::workspace_root();
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&root)
+        .args(["build", "--release", "-p", "tsync-analyze"])
+        .status()?;
+    if !status.success() {
+        bail!("cargo build --release -p tsync-analyze failed");
+    }
+    let bin = root.join("target/release/tsync-analyze");
+    let base = root.join("target/bench/analyze");
+    let n = |m: f64| ((m * scale).round() as u64).max(1000);
+    let sets = [
+        ("2 traces, 10⁷ messages", 2, n(1e7)),
+        ("16 traces, 10⁶ messages", 16, n(1e6)),
+        ("2 traces, 10⁶ messages", 2, n(1e6)),
+    ]
+    .map(|(name, traces, messages)| Dataset {
+        name: name.to_string(),
+        traces,
+        messages,
+        dir: base.join(format!("t{traces}-m{messages}")),
+    });
+    for d in &sets {
+        generate(d, regenerate)?;
+    }
+    let cat = PathBuf::from("cat");
+    let mut rows = Vec::new();
+    for d in &sets {
+        for (format, files) in [("text", vec![d.text()]), ("trace files", d.trace_files())] {
+            let bytes = size(&files);
+            // Warm the page cache so that every row measures the same thing.
+            measure(&cat, &files, &[])?;
+            let read = measure(&cat, &files, &[])?;
+            let msgs = measure(&bin, &files, &["messages"])?;
+            let sync = measure(&bin, &files, &["sync", "--json"])?;
+            rows.push(format!(
+                "| {} | {} | {:.0} MB | {:.2} | {:.2} | {:.2} s | **{:.1}** | {:.0} MiB |",
+                d.name,
+                format,
+                bytes as f64 / 1e6,
+                d.messages as f64 / read.seconds / 1e6,
+                d.messages as f64 / msgs.seconds / 1e6,
+                sync.seconds,
+                d.messages as f64 / sync.seconds / 1e6,
+                sync.max_rss_kib as f64 / 1024.0,
+            ));
+            eprintln!("{}", rows.last().unwrap());
+        }
+    }
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mut out = format!(
+        "## `tsync-analyze sync` throughput (one core, {cpu})\n\n\
+         Rates in millions of messages per second. Baselines from the same run: `cat` reads the \
+         files (page cache warm), `messages` parses and matches them and prints the messages \
+         without any geometry. Goals: ≥ 20 M/s from trace files, ≥ 10 M/s from text, memory \
+         independent of trace length.\n\n\
+         | workload | input | size | cat M/s | messages M/s | sync time | sync M/s | sync peak RSS |\n\
+         |---|---|---|---|---|---|---|---|\n"
+    );
+    for r in &rows {
+        out.push_str(r);
+        out.push('\n');
+    }
+    println!("{out}");
+    std::fs::create_dir_all(root.join("target/bench"))?;
+    std::fs::write(root.join("target/bench/analyze.md"), &out)?;
+    eprintln!("written to target/bench/analyze.md");
+    Ok(())
+}
