@@ -1,7 +1,7 @@
 //! Matching send and receive events of the same packet across traces (hash join on the digest).
 //!
 //! Events of all traces arrive merged in (approximately aligned) time order. Each digest key lives
-//! in a table until `window` after it was last seen; only then is it decided:
+//! in a table until `window` after it was first seen; only then is it decided:
 //! - one send and one receive on different traces: a message;
 //! - one send and one receive on the same trace: loopback, counted as `same_trace`;
 //! - more than one send or more than one receive: the key is `ambiguous` and dropped, because a
@@ -10,7 +10,9 @@
 //! - only one side: `unmatched` (packet from or to an untraced node, lost event, …).
 //!
 //! Memory is bounded by the keys seen in one window, not by the trace length. The window must
-//! exceed the largest one-way delay plus the residual misalignment of the traces' clocks.
+//! exceed the largest one-way delay plus the residual misalignment of the traces' clocks: then a
+//! copy of a key that comes after the window cannot have caused a reception inside it, and the
+//! key's earlier pair is causal.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -148,34 +150,84 @@ impl Key {
     }
 }
 
-/// One side of a key: the first event seen on it and how many were seen.
+/// One side of a key: the first event seen on it (what the key does not already hold).
 #[derive(Clone, Copy, Debug)]
 struct Seen {
-    trace: u32,
     time: i64,
     index: u64,
-    event: PacketEvent,
+    trace: u32,
+    ifindex: u32,
+    cpu: u16,
+    tcp_flags: u8,
 }
 
+/// The hot part of a live key (the key itself lives in a parallel ring, touched only to compare
+/// and, when the sink wants them, to rebuild the event records).
 #[derive(Clone, Debug)]
 struct Entry {
-    key: Key,
-    id: u64,
-    last_seen: i64,
+    hash: u64,
+    /// Aligned time of the first event: the key is decided `window` later.
+    first_seen: i64,
     send: Option<Seen>,
     recv: Option<Seen>,
     sends: u32,
     recvs: u32,
 }
 
+impl Key {
+    /// Rebuilds the event record of one side.
+    fn event(&self, s: &Seen, dir: u8) -> PacketEvent {
+        let k = self;
+        PacketEvent {
+            ts_ns: s.time as u64,
+            ifindex: s.ifindex,
+            cpu: s.cpu,
+            direction: dir,
+            kind: k.kind,
+            saddr: k.saddr,
+            daddr: k.daddr,
+            network_protocol: if k.kind == tsync_common::kind::TCP6 {
+                tsync_common::ETH_P_IPV6
+            } else {
+                tsync_common::ETH_P_IP
+            },
+            tot_len: k.tot_len,
+            source: k.source,
+            dest: k.dest,
+            seq: k.seq,
+            ack_seq: k.ack_seq,
+            transport_protocol: if k.kind == tsync_common::kind::UDP4 {
+                tsync_common::IPPROTO_UDP
+            } else {
+                tsync_common::IPPROTO_TCP
+            },
+            ihl: k.ihl,
+            doff: k.doff,
+            tcp_flags: s.tcp_flags,
+            udp_data: k.udp_data,
+            udp_len: k.udp_len,
+            reserved: [0; 2],
+        }
+    }
+}
+
 /// The matcher state. Feed it events in merged time order with [`Matcher::event`], then call
 /// [`Matcher::finish`].
+///
+/// Keys are decided in the order they were created, so the entries live in a ring (a FIFO) and
+/// the hash table only maps a key to its entry's sequence number: the table stays small enough
+/// for the cache, and expiring needs no search.
 pub struct Matcher {
     window: i64,
-    table: HashTable<Entry>,
-    /// (expiry time, hash, id) in insertion order; entries seen again are re-queued lazily.
-    queue: VecDeque<(i64, u64, u64)>,
-    next_id: u64,
+    /// Sequence numbers of the live entries, hashed by key.
+    table: HashTable<u64>,
+    /// Live entries; `ring[i]` has sequence number `base + i`.
+    ring: VecDeque<Entry>,
+    /// Their keys, same indexing.
+    keys: VecDeque<Key>,
+    /// Whether the sink wants the event records of each message.
+    events_wanted: bool,
+    base: u64,
     stats: MatchStats,
     exchanges: Option<AckPairing>,
 }
@@ -185,8 +237,10 @@ impl Matcher {
         Matcher {
             window: options.window_ns.max(1),
             table: HashTable::with_capacity(1 << 12),
-            queue: VecDeque::with_capacity(1 << 12),
-            next_id: 0,
+            ring: VecDeque::with_capacity(1 << 12),
+            keys: VecDeque::with_capacity(1 << 12),
+            events_wanted: true,
+            base: 0,
             stats: MatchStats::default(),
             exchanges: options.exchanges.then(AckPairing::default),
         }
@@ -209,14 +263,22 @@ impl Matcher {
         let key = Key::of(e);
         let hash = key.hash();
         let seen = Seen {
-            trace,
             time,
             index,
-            event: *e,
+            trace,
+            ifindex: e.ifindex,
+            cpu: e.cpu,
+            tcp_flags: e.tcp_flags,
         };
         let is_send = e.direction == direction::SEND;
-        if let Some(entry) = self.table.find_mut(hash, |x| x.key == key) {
-            entry.last_seen = aligned;
+        let base = self.base;
+        let ring = &mut self.ring;
+        let keys = &self.keys;
+        if let Some(&id) = self
+            .table
+            .find(hash, |&id| id >= base && keys[(id - base) as usize] == key)
+        {
+            let entry = &mut ring[(id - base) as usize];
             if is_send {
                 entry.sends += 1;
                 entry.send.get_or_insert(seen);
@@ -226,20 +288,32 @@ impl Matcher {
             }
             return;
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        let entry = Entry {
-            key,
-            id,
-            last_seen: aligned,
+        let id = base + ring.len() as u64;
+        self.keys.push_back(key);
+        ring.push_back(Entry {
+            hash,
+            first_seen: aligned,
             send: is_send.then_some(seen),
             recv: (!is_send).then_some(seen),
             sends: u32::from(is_send),
             recvs: u32::from(!is_send),
-        };
-        self.table
-            .insert_unique(hash, entry, |x: &Entry| x.key.hash());
-        self.queue.push_back((aligned + self.window, hash, id));
+        });
+        if self.table.len() >= 2 * self.ring.len() + 4096 {
+            // Sweep the sequence numbers of decided keys (amortized O(1) per event).
+            self.table.retain(|&mut i| i >= base);
+        }
+        let ring = &self.ring;
+        self.table.insert_unique(hash, id, |&i| {
+            // Only live entries are rehashed: the sweep above ran if dead ones piled up, and a
+            // dead one rehashed anyway is harmless (it can never be found live again).
+            ring.get(i.wrapping_sub(base) as usize)
+                .map_or(i, |e| e.hash)
+        });
+    }
+
+    /// Skips rebuilding the event records of messages when the sink does not need them.
+    pub fn set_events_wanted(&mut self, wanted: bool) {
+        self.events_wanted = wanted;
     }
 
     /// Counts an event found out of order in its file.
@@ -250,25 +324,20 @@ impl Matcher {
     /// Decides every key whose window ended before `now`.
     #[inline]
     fn expire(&mut self, now: i64, sink: &mut dyn MessageSink) {
-        while let Some(&(at, hash, id)) = self.queue.front() {
-            if at >= now {
+        while let Some(front) = self.ring.front() {
+            if front.first_seen.saturating_add(self.window) >= now {
                 break;
             }
-            self.queue.pop_front();
-            let Ok(occ) = self.table.find_entry(hash, |x| x.id == id) else {
-                continue;
-            };
-            let again = occ.get().last_seen + self.window;
-            if again >= now {
-                self.queue.push_back((again, hash, id));
-                continue;
-            }
-            let (entry, _) = occ.remove();
-            self.decide(entry, sink);
+            let entry = self.ring.pop_front().expect("front exists");
+            let key = self.keys.pop_front().expect("parallel ring");
+            // The table keeps the dead sequence number until the next sweep (see `event`):
+            // erasing here would cost a cache miss per key.
+            self.base += 1;
+            self.decide(entry, &key, sink);
         }
     }
 
-    fn decide(&mut self, e: Entry, sink: &mut dyn MessageSink) {
+    fn decide(&mut self, e: Entry, key: &Key, sink: &mut dyn MessageSink) {
         if e.sends > 1 || e.recvs > 1 {
             self.stats.ambiguous += 1;
             self.stats.unmatched += u64::from(e.sends + e.recvs);
@@ -283,6 +352,12 @@ impl Matcher {
             return;
         }
         self.stats.matched += 1;
+        let events = (self.events_wanted || self.exchanges.is_some()).then(|| {
+            (
+                key.event(&s, direction::SEND),
+                key.event(&r, direction::RECV),
+            )
+        });
         let m = MatchedMessage {
             message: Message {
                 send_trace: s.trace,
@@ -294,12 +369,13 @@ impl Matcher {
                 send_index: s.index,
                 recv_index: r.index,
             },
-            send_event: Some(&s.event),
-            recv_event: Some(&r.event),
+            send_event: events.as_ref().map(|e| &e.0),
+            recv_event: events.as_ref().map(|e| &e.1),
         };
         sink.message(&m);
         if let Some(p) = self.exchanges.as_mut()
-            && let Some(x) = p.push(&s.event, m.message, self.window)
+            && let Some((send_event, _)) = &events
+            && let Some(x) = p.push(send_event, m.message, self.window)
         {
             self.stats.exchanges += 1;
             sink.exchange(&x);
@@ -308,13 +384,9 @@ impl Matcher {
 
     /// Decides every remaining key and returns the counts.
     pub fn finish(mut self, sink: &mut dyn MessageSink) -> MatchStats {
-        self.expire(i64::MAX, sink);
-        // Keys re-queued at i64::MAX - window or beyond: decide what is left.
-        let rest: Vec<Entry> = self.table.drain().collect();
-        let mut rest = rest;
-        rest.sort_by_key(|e| e.id);
-        for e in rest {
-            self.decide(e, sink);
+        self.table.clear();
+        while let (Some(e), Some(k)) = (self.ring.pop_front(), self.keys.pop_front()) {
+            self.decide(e, &k, sink);
         }
         self.stats
     }

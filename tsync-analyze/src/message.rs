@@ -58,4 +58,9 @@ pub trait MessageSink {
     fn message(&mut self, m: &MatchedMessage<'_>);
     /// One exchange; only called when exchanges were asked for.
     fn exchange(&mut self, _e: &Exchange) {}
+    /// Whether [`MatchedMessage::send_event`]/`recv_event` are needed (rebuilding them costs time
+    /// on the hot path); when false they may be None.
+    fn wants_events(&self) -> bool {
+        true
+    }
 }

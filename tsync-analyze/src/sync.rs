@@ -246,6 +246,10 @@ impl MessageSink for PairAccumulator {
     fn exchange(&mut self, e: &Exchange) {
         self.add_exchange(e);
     }
+
+    fn wants_events(&self) -> bool {
+        false
+    }
 }
 
 /// Runs `sync` on a set of inputs. `progress(bytes)` reports input consumption.

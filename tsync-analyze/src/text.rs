@@ -298,12 +298,12 @@ pub(crate) fn parse_seconds(b: &[u8], p: &mut usize, what: &str) -> Result<i64, 
     let mut digits = 0u32;
     let mut overflow = false;
     while b[*p].is_ascii_digit() {
-        match int
-            .checked_mul(10)
-            .and_then(|v| v.checked_add(u64::from(b[*p] - b'0')))
-        {
-            Some(v) => int = v,
-            None => overflow = true,
+        // 18 digits always fit in a u64; a value with more significant digits is too large for
+        // i64 nanoseconds anyway.
+        if int < 100_000_000_000_000_000 {
+            int = int * 10 + u64::from(b[*p] - b'0');
+        } else {
+            overflow = true;
         }
         *p += 1;
         digits += 1;

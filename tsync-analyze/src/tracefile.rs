@@ -133,6 +133,7 @@ pub fn match_files(
         }
     }
     let mut matcher = Matcher::new(options);
+    matcher.set_events_wanted(sink.wants_events());
     while let Some(Reverse((_, i))) = heap.pop() {
         let limit = heap.peek().map_or(i64::MAX, |r| r.0.0);
         let st = &mut streams[i];
