@@ -118,3 +118,62 @@ pub fn deltas(c: &Affine, p: &AccuracyPoint) -> (f64, f64) {
     let ct = c.apply(p.t_a as f64);
     (p.hi - ct, ct - p.lo)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::corridor::{self, Quality};
+    use crate::hull::{Side, cross, half_hull};
+    use proptest::prelude::*;
+
+    /// Brute-force LP 3.6: the optimum is attained by a line through two constraint points, so
+    /// try every feasible line through two hull points.
+    fn brute(lower: &[Point], upper: &[Point], t: i64) -> (f64, f64) {
+        let all: Vec<Point> = lower.iter().chain(upper).copied().collect();
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        for &p in &all {
+            for &q in &all {
+                if p.x >= q.x {
+                    continue;
+                }
+                let feasible = lower.iter().all(|&l| cross(p, q, l) >= 0)
+                    && upper.iter().all(|&u| cross(p, q, u) <= 0);
+                if feasible {
+                    let v = ExactLine { p, q }.value_minus(t, 0);
+                    lo = lo.min(v);
+                    hi = hi.max(v);
+                }
+            }
+        }
+        (lo, hi)
+    }
+
+    proptest! {
+        #[test]
+        fn vertex_enumeration_solves_the_lp_exactly(
+            ab in prop::collection::vec((0i64..1000, 0i64..200), 1..12),
+            ba in prop::collection::vec((0i64..1000, 0i64..200), 1..12),
+        ) {
+            // a→b points above the line y = x/2 + 100, b→a points below it.
+            let lower: Vec<Point> = ab.iter().map(|&(x, d)| Point::new(x, x / 2 + 100 + d)).collect();
+            let upper: Vec<Point> = ba.iter().map(|&(x, d)| Point::new(x, (x / 2 + 100 - d).max(0))).collect();
+            let (l, u) = (half_hull(Side::Lower, &lower), half_hull(Side::Upper, &upper));
+            let c = corridor::analyze(&l, &u);
+            prop_assume!(c.quality == Quality::Accurate);
+            let curve = curve(&l, &u, &c.minslope.unwrap(), &c.maxslope.unwrap());
+            for p in &curve.points {
+                let (lo, hi) = brute(&l, &u, p.t_a);
+                prop_assert!((p.lo - lo).abs() < 1e-9 && (p.hi - hi).abs() < 1e-9,
+                    "at {}: got [{}, {}], LP optimum [{}, {}]", p.t_a, p.lo, p.hi, lo, hi);
+            }
+            // Between abscissae, interpolation equals the LP optimum too.
+            for w in curve.points.windows(2) {
+                let t = (w[0].t_a + w[1].t_a) / 2;
+                let (lo, hi) = brute(&l, &u, t);
+                let (ilo, ihi) = curve.at(t).unwrap();
+                prop_assert!((ilo - lo).abs() < 1e-6 && (ihi - hi).abs() < 1e-6,
+                    "at {}: interpolated [{}, {}], LP optimum [{}, {}]", t, ilo, ihi, lo, hi);
+            }
+        }
+    }
+}

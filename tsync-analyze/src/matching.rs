@@ -10,7 +10,8 @@
 //! - only one side: `unmatched` (packet from or to an untraced node, lost event, …).
 //!
 //! Memory is bounded by the keys seen in one window, not by the trace length. The window must
-//! exceed the largest one-way delay plus the residual misalignment of the traces' clocks: then a
+//! exceed the largest one-way delay plus the residual misalignment of the traces' clocks (plus
+//! the merge's slack of 1/16 window): then a
 //! copy of a key that comes after the window cannot have caused a reception inside it, and the
 //! key's earlier pair is causal.
 

@@ -132,10 +132,16 @@ pub fn match_files(
             heap.push(Reverse((st.aligned(&st.events[0]), i)));
         }
     }
+    // The merge need not be exact: a key waits a whole window, so a stream may run ahead of the
+    // others by a small fraction of it. Taking events in slices instead of one by one keeps the
+    // heap off the per-event path.
+    let slack = (options.window_ns / 16).max(0);
     let mut matcher = Matcher::new(options);
     matcher.set_events_wanted(sink.wants_events());
     while let Some(Reverse((_, i))) = heap.pop() {
-        let limit = heap.peek().map_or(i64::MAX, |r| r.0.0);
+        let limit = heap
+            .peek()
+            .map_or(i64::MAX, |r| r.0.0.saturating_add(slack));
         let st = &mut streams[i];
         loop {
             if st.pos == st.events.len() {

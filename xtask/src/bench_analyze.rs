@@ -35,6 +35,18 @@ pub enum BenchWhat {
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
+    if cfg!(debug_assertions) {
+        // Generating 10⁷ messages needs optimized code: re-run this command from a release build.
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(crate::workspace_root())
+            .args(["run", "--quiet", "--release", "-p", "xtask", "--"])
+            .args(std::env::args_os().skip(1))
+            .status()?;
+        if !status.success() {
+            bail!("the release build of the benchmark failed");
+        }
+        return Ok(());
+    }
     match args.what {
         BenchWhat::Analyze { scale, regenerate } => analyze(scale, regenerate),
     }
