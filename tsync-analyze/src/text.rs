@@ -313,6 +313,14 @@ pub(crate) fn parse_seconds(b: &[u8], p: &mut usize, what: &str) -> Result<i64, 
     let mut round_up = false;
     if b[*p] == b'.' {
         *p += 1;
+        // Nanosecond fractions usually have 9 digits: take the first 8 at once.
+        if let Some(chunk) = b.get(*p..*p + 8)
+            && let Some(v) = eight_digits(u64::from_le_bytes(chunk.try_into().expect("8 bytes")))
+        {
+            frac = v;
+            frac_digits = 8;
+            *p += 8;
+        }
         while b[*p].is_ascii_digit() {
             let d = u64::from(b[*p] - b'0');
             if frac_digits < 9 {
@@ -352,6 +360,22 @@ pub(crate) fn parse_seconds(b: &[u8], p: &mut usize, what: &str) -> Result<i64, 
             i64::MAX / 1_000_000_000
         )
     })
+}
+
+/// The value of 8 ASCII digits read as a little-endian u64, or None if any byte is not a digit
+/// (SWAR: the classic multiply-and-shift reduction of pairs, quads, then octets).
+#[inline]
+fn eight_digits(v: u64) -> Option<u64> {
+    let all_digits = (v & 0xF0F0_F0F0_F0F0_F0F0)
+        | (((v.wrapping_add(0x0606_0606_0606_0606)) & 0xF0F0_F0F0_F0F0_F0F0) >> 4)
+        == 0x3333_3333_3333_3333;
+    if !all_digits {
+        return None;
+    }
+    let v = v - 0x3030_3030_3030_3030;
+    let v = (v * 10 + (v >> 8)) & 0x00FF_00FF_00FF_00FF;
+    let v = (v * 100 + (v >> 16)) & 0x0000_FFFF_0000_FFFF;
+    Some((v * 10_000 + (v >> 32)) & 0xFFFF_FFFF)
 }
 
 const POW10: [u64; 10] = [
@@ -443,6 +467,26 @@ mod tests {
             let f: f64 = s.parse().unwrap();
             assert_eq!(secs(s).unwrap(), (f * 1e9).round() as i64, "{s}");
         }
+    }
+
+    #[test]
+    fn eight_digits_at_once() {
+        assert_eq!(
+            eight_digits(u64::from_le_bytes(*b"12345678")),
+            Some(12_345_678)
+        );
+        assert_eq!(eight_digits(u64::from_le_bytes(*b"00000009")), Some(9));
+        assert_eq!(
+            eight_digits(u64::from_le_bytes(*b"99999999")),
+            Some(99_999_999)
+        );
+        assert_eq!(eight_digits(u64::from_le_bytes(*b"1234567 ")), None);
+        assert_eq!(eight_digits(u64::from_le_bytes(*b"1234:678")), None);
+        assert_eq!(eight_digits(u64::from_le_bytes(*b"/2345678")), None);
+        assert_eq!(secs("1.123456789"), Ok(1_123_456_789));
+        assert_eq!(secs("1.12345678"), Ok(1_123_456_780));
+        assert_eq!(secs("1.1234567891"), Ok(1_123_456_789));
+        assert_eq!(secs("1.1234567895"), Ok(1_123_456_790));
     }
 
     #[test]
