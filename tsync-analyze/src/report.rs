@@ -178,7 +178,7 @@ pub fn to_text(r: &SyncResult) -> String {
         if p.out_of_order > 0 {
             let _ = writeln!(
                 s,
-                "      {} points arrived out of time order (kept)",
+                "      {} points reached the hull out of time order (normal for matched traces; all kept)",
                 p.out_of_order
             );
         }
