@@ -7,9 +7,10 @@
 //!
 //! Points normally arrive sorted by x (traces are time-ordered), and Andrew's monotone chain then
 //! costs amortized O(1) per point. A point that arrives out of order is not dropped (the LTTV code
-//! drops it): it waits in a side buffer that is merged with the hull — hull vertices plus pending
-//! points, sorted, rescanned — when it grows past the hull size, and at the end. The result is the
-//! exact hull of every point in every case; memory stays O(hull + buffer).
+//! drops it): if it lies on the inner side of the hull built so far it can never be a vertex and
+//! is done with; otherwise it waits in a side buffer that is merged with the hull — hull vertices
+//! plus pending points, sorted, rescanned — when it grows past the hull size, and at the end. The
+//! result is the exact hull of every point in every case; memory stays O(hull + buffer).
 //!
 //! All geometry is exact: coordinates are i64 nanoseconds and orientation tests use i128.
 
@@ -87,12 +88,35 @@ impl HalfHull {
         match self.vertices.last() {
             Some(last) if p.x < last.x => {
                 self.out_of_order += 1;
+                if self.dominated(p) {
+                    return;
+                }
                 self.pending.push(p);
                 if self.pending.len() >= 4096.max(2 * self.vertices.len()) {
                     self.merge_pending();
                 }
             }
             _ => self.push_sorted(p),
+        }
+    }
+
+    /// True if p lies inside the current hull's x range on the inner side of the hull (on or
+    /// above a lower hull, on or below an upper one). Such a point can never become a vertex: the
+    /// hull of a growing set only moves outward.
+    #[inline]
+    fn dominated(&self, p: Point) -> bool {
+        let v = &self.vertices;
+        if v.is_empty() || p.x < v[0].x {
+            return false;
+        }
+        let i = v.partition_point(|q| q.x <= p.x);
+        if i == 0 || i == v.len() {
+            return false;
+        }
+        let c = cross(v[i - 1], v[i], p);
+        match self.side {
+            Side::Lower => c >= 0,
+            Side::Upper => c <= 0,
         }
     }
 
@@ -202,6 +226,45 @@ mod tests {
             let pts: Vec<Point> = pts.into_iter().map(|(x, y)| Point::new(x, y)).collect();
             for side in [Side::Lower, Side::Upper] {
                 prop_assert_eq!(half_hull(side, &pts), brute(side, &pts));
+            }
+        }
+    }
+
+    /// Textbook monotone chain on sorted input, as the reference for large inputs.
+    fn textbook(side: Side, pts: &[Point]) -> Vec<Point> {
+        let mut s = pts.to_vec();
+        s.sort_by(|a, b| match side {
+            Side::Lower => a.cmp(b),
+            Side::Upper => a.x.cmp(&b.x).then(b.y.cmp(&a.y)),
+        });
+        s.dedup_by_key(|p| p.x);
+        let mut h: Vec<Point> = Vec::new();
+        for p in s {
+            while h.len() >= 2 && {
+                let c = cross(h[h.len() - 2], h[h.len() - 1], p);
+                if side == Side::Lower { c <= 0 } else { c >= 0 }
+            } {
+                h.pop();
+            }
+            h.push(p);
+        }
+        h
+    }
+
+    #[test]
+    fn many_shuffled_points_give_the_exact_hull() {
+        let mut rng = crate::synth::Rng::new(3);
+        for round in 0..20 {
+            let n = 20_000;
+            let pts: Vec<Point> = (0..n)
+                .map(|_| {
+                    let x = rng.below(1_000_000_000) as i64;
+                    let noise = rng.below(1 << (10 + round)) as i64;
+                    Point::new(x, x + 5_000_000_000 + noise)
+                })
+                .collect();
+            for side in [Side::Lower, Side::Upper] {
+                assert_eq!(half_hull(side, &pts), textbook(side, &pts), "round {round}");
             }
         }
     }
