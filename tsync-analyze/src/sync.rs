@@ -361,8 +361,15 @@ pub fn finish(
             });
         }
     }
-    let red = reduction::reduce(trace_names.len(), &edges, reference)
-        .expect("reference index validated by the caller");
+    let (red, reference) = match reduction::reduce(trace_names.len(), &edges, reference) {
+        Ok(red) => (red, reference),
+        Err(e) => {
+            warnings.push(format!("{e}; references chosen automatically"));
+            let red = reduction::reduce(trace_names.len(), &edges, None)
+                .expect("no reference requested: nothing to reject");
+            (red, None)
+        }
+    };
     if red.groups > 1 {
         let mut groups: Vec<Vec<&str>> = vec![Vec::new(); red.groups as usize];
         for (i, t) in red.traces.iter().enumerate() {
