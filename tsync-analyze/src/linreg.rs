@@ -175,4 +175,31 @@ mod tests {
             "{fit:?}"
         );
     }
+
+    #[test]
+    fn filter_drops_delayed_exchanges() {
+        // Offset 1000 ns, no drift; 10 % of the exchanges are delayed one way by 500 µs.
+        let mut acc = LinRegAccumulator::default();
+        for k in 0..1000i64 {
+            let t1 = 1_000_000_000 + k * 1_000_000;
+            let late = if k % 10 == 0 { 500_000 } else { 0 };
+            let t2 = t1 + 1000 + 20_000 + late;
+            let t3 = t2 + 1000;
+            let t4 = t3 - 1000 + 20_000;
+            let e = ((t4 - t1) - (t3 - t2)) as f64 / 2.0;
+            acc.add(t1 + t4, t2 + t3, e);
+        }
+        let raw = acc.fit(None).unwrap();
+        let filtered = acc.fit(Some(1.64)).unwrap();
+        assert_eq!(filtered.used, 900);
+        assert!(
+            (filtered.line.apply(1.5e9) - 1.5e9 - 1000.0).abs() < 1.0,
+            "{filtered:?}"
+        );
+        assert!(
+            (raw.line.apply(1.5e9) - 1.5e9 - 1000.0).abs() > 10_000.0,
+            "{raw:?}"
+        );
+        assert!(filtered.residual_std_ns.unwrap() < raw.residual_std_ns.unwrap());
+    }
 }

@@ -181,3 +181,63 @@ fn linreg_runs_on_text_inputs() {
     assert!((a0 - 5e9).abs() < 1000.0, "{a0}");
     assert!(v["pairs"][0]["linreg"]["samples"].as_u64().unwrap() >= 40);
 }
+
+#[test]
+fn trace_files_by_name_and_reference_by_name() {
+    use tsync_analyze::synth::{Clock, DelayTail, Workload};
+    let d = tempfile::tempdir().unwrap();
+    let w = Workload {
+        clocks: vec![
+            Clock {
+                offset_ns: 1e9,
+                drift_ppm: 50.0,
+            },
+            Clock {
+                offset_ns: 2e9,
+                drift_ppm: -50.0,
+            },
+            Clock {
+                offset_ns: 3e9,
+                drift_ppm: 0.0,
+            },
+        ],
+        links: vec![(0, 1), (1, 2)],
+        messages: 5000,
+        start_ns: 20e9,
+        interval_ns: 100_000.0,
+        min_delay_ns: 20_000.0,
+        tail: DelayTail::Exponential { mean_ns: 20_000.0 },
+        max_extra_ns: 1e6,
+        seed: 5,
+    };
+    let paths = w.write_traces(d.path()).unwrap();
+    let mut args: Vec<String> = vec![
+        "sync".into(),
+        "--json".into(),
+        "--reference".into(),
+        "node2".into(),
+    ];
+    args.extend(paths.iter().map(|p| p.to_string_lossy().into_owned()));
+    let o = bin().args(&args).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["traces"][0]["name"], "node0");
+    for t in v["traces"].as_array().unwrap() {
+        assert_eq!(t["reference"], 2);
+        assert_eq!(t["synchronized"], true);
+    }
+    assert_eq!(v["traces"][0]["path"], serde_json::json!([2, 1, 0]));
+    assert_eq!(v["matching"]["matched"], 5000);
+    // `messages` on trace files, read back as text, gives the same factors.
+    let mut margs: Vec<String> = vec!["messages".into()];
+    margs.extend(paths.iter().map(|p| p.to_string_lossy().into_owned()));
+    let o = bin().args(&margs).output().unwrap();
+    assert!(o.status.success());
+    let txt = write(d.path(), "m.txt", &String::from_utf8(o.stdout).unwrap());
+    let o = run(&["sync", "--json", "--reference", "2", &txt]);
+    let t: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for k in 0..3 {
+        assert_eq!(t["traces"][k]["drift"], v["traces"][k]["drift"]);
+        assert_eq!(t["traces"][k]["offset_ns"], v["traces"][k]["offset_ns"]);
+    }
+}
