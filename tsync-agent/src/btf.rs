@@ -339,9 +339,24 @@ mod tests {
     fn matches_the_kernel_layout_of_a_stable_struct() {
         // struct iphdr has had the same layout forever: saddr at 12, daddr at 16.
         let btf = kernel();
-        assert_eq!(btf.member("iphdr", "saddr").unwrap(), Field { offset: 12, size: 4 });
-        assert_eq!(btf.member("iphdr", "daddr").unwrap(), Field { offset: 16, size: 4 });
-        assert_eq!(btf.member("tcphdr", "seq").unwrap(), Field { offset: 4, size: 4 });
+        assert_eq!(
+            btf.member("iphdr", "saddr").unwrap(),
+            Field {
+                offset: 12,
+                size: 4
+            }
+        );
+        assert_eq!(
+            btf.member("iphdr", "daddr").unwrap(),
+            Field {
+                offset: 16,
+                size: 4
+            }
+        );
+        assert_eq!(
+            btf.member("tcphdr", "seq").unwrap(),
+            Field { offset: 4, size: 4 }
+        );
     }
 
     #[test]
@@ -362,7 +377,10 @@ mod tests {
             Err(BtfError::NoStruct(_))
         ));
         let err = btf.member("sk_buff", "no_such_member").unwrap_err();
-        assert!(err.to_string().contains("sk_buff has no member no_such_member"));
+        assert!(
+            err.to_string()
+                .contains("sk_buff has no member no_such_member")
+        );
     }
 
     #[test]
@@ -377,7 +395,10 @@ mod tests {
 
     #[test]
     fn garbage_is_malformed_not_a_panic() {
-        assert!(matches!(Btf::parse(b"not btf"), Err(BtfError::Malformed(_))));
+        assert!(matches!(
+            Btf::parse(b"not btf"),
+            Err(BtfError::Malformed(_))
+        ));
         let mut data = vec![0u8; 24];
         data[0..2].copy_from_slice(&MAGIC.to_le_bytes());
         data[4..8].copy_from_slice(&24u32.to_le_bytes());

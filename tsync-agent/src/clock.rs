@@ -101,7 +101,11 @@ mod tests {
 
     #[test]
     fn rejects_bad_skews() {
-        assert!(parse_skew("100").unwrap_err().contains("OFFSET_NS,DRIFT_PPM"));
+        assert!(
+            parse_skew("100")
+                .unwrap_err()
+                .contains("OFFSET_NS,DRIFT_PPM")
+        );
         assert!(parse_skew("1.5,0").unwrap_err().contains("integer"));
         assert!(parse_skew("0,abc").unwrap_err().contains("number"));
         assert!(parse_skew("0,-1000000").unwrap_err().contains("within"));

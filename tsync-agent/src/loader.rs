@@ -102,9 +102,19 @@ impl Capture {
 
     /// The in-kernel lost counters, cumulative since loading.
     pub fn lost(&self) -> Result<LostCounts> {
-        let send = self.lost.get(&0, 0).context("cannot read the lost counters")?;
-        let recv = self.lost.get(&1, 0).context("cannot read the lost counters")?;
-        let per_cpu: Vec<[u64; 2]> = send.iter().zip(recv.iter()).map(|(&s, &r)| [s, r]).collect();
+        let send = self
+            .lost
+            .get(&0, 0)
+            .context("cannot read the lost counters")?;
+        let recv = self
+            .lost
+            .get(&1, 0)
+            .context("cannot read the lost counters")?;
+        let per_cpu: Vec<[u64; 2]> = send
+            .iter()
+            .zip(recv.iter())
+            .map(|(&s, &r)| [s, r])
+            .collect();
         Ok(LostCounts {
             send: per_cpu.iter().map(|c| c[0]).sum(),
             recv: per_cpu.iter().map(|c| c[1]).sum(),

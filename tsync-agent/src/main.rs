@@ -29,7 +29,11 @@ use crate::{
 const DEFAULT_RING_SIZE: u64 = 1 << 24;
 
 #[derive(Parser)]
-#[command(name = "tsync-agent", version, about = "Records packet digests of this node for offline trace synchronization")]
+#[command(
+    name = "tsync-agent",
+    version,
+    about = "Records packet digests of this node for offline trace synchronization"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -71,7 +75,9 @@ fn parse_duration(s: &str) -> Result<f64, String> {
         .parse()
         .map_err(|_| format!("expected a number of seconds, got {s:?}"))?;
     if !(secs.is_finite() && secs > 0.0 && secs < 1e9) {
-        return Err(format!("the duration must be a positive number of seconds, got {s}"));
+        return Err(format!(
+            "the duration must be a positive number of seconds, got {s}"
+        ));
     }
     Ok(secs)
 }
@@ -84,7 +90,11 @@ fn parse_ring_size(s: &str) -> Result<u64, String> {
 }
 
 /// Builds the header: who and what is recorded, and with which options.
-fn header(args: &RecordArgs, netns_inode: Option<u64>, start: &tsync_common::format::ClockSample) -> Result<Header> {
+fn header(
+    args: &RecordArgs,
+    netns_inode: Option<u64>,
+    start: &tsync_common::format::ClockSample,
+) -> Result<Header> {
     let hostname = node::hostname();
     Ok(Header {
         node: args.node.clone().unwrap_or_else(|| hostname.clone()),

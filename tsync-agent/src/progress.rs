@@ -44,9 +44,7 @@ impl Progress {
         };
         self.last = now;
         self.last_events = events;
-        bar.set_message(format!(
-            "{events} events, {rate:.0} events/s, {lost} lost"
-        ));
+        bar.set_message(format!("{events} events, {rate:.0} events/s, {lost} lost"));
         bar.tick();
     }
 

@@ -2,8 +2,8 @@
 //! skew, writes events, clock samples and lost counters, and stops on a signal or the duration.
 use std::{
     fs::File,
-    os::fd::AsRawFd as _,
     io::BufWriter,
+    os::fd::AsRawFd as _,
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -87,12 +87,14 @@ impl Sink {
         self.send_events + self.recv_events
     }
 
-    /// Writes a clock sample and the current lost counters.
+    /// Writes a clock sample and the current lost counters, and flushes, so that a file cut short
+    /// (kill -9, power loss) loses at most one sample period.
     fn sample(&mut self, lost: &LostCounts) -> Result<()> {
         let s = clock::sample(self.skew.as_ref());
         self.writer
             .write_clock_sample(s)
             .and_then(|()| self.writer.write_lost(lost))
+            .and_then(|()| self.writer.flush())
             .map_err(|e| write_error(&self.path, e))
     }
 }
@@ -124,10 +126,11 @@ pub struct RecordPlan {
 /// Records until SIGINT/SIGTERM or the duration, then finishes the file and returns the summary.
 pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
     let mut sigint = signal(SignalKind::interrupt()).context("cannot install a SIGINT handler")?;
-    let mut sigterm = signal(SignalKind::terminate()).context("cannot install a SIGTERM handler")?;
+    let mut sigterm =
+        signal(SignalKind::terminate()).context("cannot install a SIGTERM handler")?;
     let first_sample = clock::sample(plan.skew.as_ref());
-    let writer = TraceWriter::create(&plan.path, &plan.header)
-        .map_err(|e| write_error(&plan.path, e))?;
+    let writer =
+        TraceWriter::create(&plan.path, &plan.header).map_err(|e| write_error(&plan.path, e))?;
     let mut sink = Sink {
         writer,
         path: plan.path.clone(),
@@ -146,10 +149,9 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
 
     // SAFETY: the ring buffer map owns the fd and keeps it open for as long as `ring` lives:
     // `ring` is declared after `capture` and dropped before it on every path.
-    let ring = unsafe {
-        AsyncFd::register_with_interest(capture.events.as_raw_fd(), Interest::READABLE)
-    }
-    .context("cannot poll the ring buffer")?;
+    let ring =
+        unsafe { AsyncFd::register_with_interest(capture.events.as_raw_fd(), Interest::READABLE) }
+            .context("cannot poll the ring buffer")?;
     let mut samples = interval(SAMPLE_PERIOD);
     samples.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut redraw = interval(PROGRESS_PERIOD);

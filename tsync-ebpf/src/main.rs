@@ -21,9 +21,7 @@ use aya_ebpf::{
     maps::{PerCpuArray, RingBuf},
     programs::BtfTracePointContext,
 };
-use tsync_common::{
-    ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP, PacketEvent, direction, kind,
-};
+use tsync_common::{ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP, PacketEvent, direction, kind};
 
 /// Packet digests for the agent. Its size is set by the agent at load time (`--ring-size`).
 #[map]

@@ -64,7 +64,13 @@ pub fn output(cmd: &mut Command) -> Option<String> {
 fn ensure_nightly_rust_src() -> Result<()> {
     if output(Command::new("rustc").args(["+nightly", "--version"])).is_none() {
         eprintln!("setup: installing the nightly toolchain");
-        run(Command::new("rustup").args(["toolchain", "install", "nightly", "--profile", "minimal"]))?;
+        run(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+        ]))?;
     }
     let installed = output(Command::new("rustup").args([
         "component",
@@ -122,9 +128,15 @@ fn ensure_bpf_linker() -> Result<()> {
         .env("LLVM_PREFIX", &prefix)
         .args(["install", "--locked"])
         .arg(format!("bpf-linker@{BPF_LINKER_VERSION}"))
-        .args(["--no-default-features", "--features", BPF_LINKER_LLVM_FEATURE]))?;
+        .args([
+            "--no-default-features",
+            "--features",
+            BPF_LINKER_LLVM_FEATURE,
+        ]))?;
     if !bpf_linker_ok() {
-        bail!("bpf-linker {BPF_LINKER_VERSION} was installed but is not on PATH (add ~/.cargo/bin)");
+        bail!(
+            "bpf-linker {BPF_LINKER_VERSION} was installed but is not on PATH (add ~/.cargo/bin)"
+        );
     }
     Ok(())
 }
