@@ -84,12 +84,23 @@ fn global(v: &'static u32) -> usize {
     unsafe { core::ptr::read_volatile(v) as usize }
 }
 
-/// Reads a `T` from kernel memory at `base + off`.
+/// Loads a field of a kernel struct the program holds a BTF-typed pointer to (`sk_buff`,
+/// `net_device`, `net`). The verifier knows the pointer's type and, from the frozen globals, the
+/// constant offset: it checks the access against the kernel's BTF and turns it into a single
+/// fault-safe load, far cheaper than a `bpf_probe_read_kernel` call.
 #[inline(always)]
-fn read<T>(base: usize, off: usize) -> Option<T> {
+fn field<T: Copy>(base: usize, off: usize) -> T {
+    // SAFETY: `base` is a BTF-typed kernel pointer and `off` a field offset taken from the same
+    // kernel's BTF; the verifier rejects the program otherwise, and the JIT-ed load cannot fault.
+    unsafe { core::ptr::read_volatile((base + off) as *const T) }
+}
+
+/// Copies `T` from kernel memory that is not BTF-typed (the packet headers).
+#[inline(always)]
+fn read<T>(addr: usize) -> Option<T> {
     // SAFETY: bpf_probe_read_kernel copies through the kernel's fault-safe accessor; a bad address
     // yields an error, never a crash.
-    unsafe { bpf_probe_read_kernel((base + off) as *const T).ok() }
+    unsafe { bpf_probe_read_kernel(addr as *const T).ok() }
 }
 
 /// Builds and submits the event for one packet; non-IP, other protocols and foreign namespaces are
@@ -117,22 +128,26 @@ fn record(ctx: &BtfTracePointContext, dir: u8) {
     }
 }
 
+/// Bytes of headers read at once from the network header: IPv4 (20) or IPv6 (40) plus TCP (20) or
+/// UDP (8) and 8 UDP payload bytes. One copy is cheaper than one per header. An IPv4 header with
+/// options needs a second copy for the transport header.
+const HEADERS: usize = 60;
+
 /// The digest of the packet in `skb`, or `None` if it is not one tsync records.
 #[inline(always)]
 fn digest(skb: usize, dir: u8, ts_ns: u64) -> Option<PacketEvent> {
-    let protocol = u16::from_be(read::<u16>(skb, global(&SKB_PROTOCOL))?);
+    let protocol = u16::from_be(field::<u16>(skb, global(&SKB_PROTOCOL)));
     if protocol != ETH_P_IP && protocol != ETH_P_IPV6 {
         return None;
     }
-    let dev: usize = read(skb, global(&SKB_DEV))?;
+    let dev: usize = field(skb, global(&SKB_DEV));
     if dev == 0 {
         return None;
     }
     let want_netns = global(&NETNS_INUM) as u32;
     if want_netns != 0 {
-        let net: usize = read(dev, global(&DEV_ND_NET))?;
-        let inum: u32 = read(net, global(&NET_NS_INUM))?;
-        if inum != want_netns {
+        let net: usize = field(dev, global(&DEV_ND_NET));
+        if net == 0 || field::<u32>(net, global(&NET_NS_INUM)) != want_netns {
             return None;
         }
     }
@@ -140,40 +155,50 @@ fn digest(skb: usize, dir: u8, ts_ns: u64) -> Option<PacketEvent> {
     // already points past the link-layer header; on transmit `data` points at the link-layer
     // header and `network_header` is set.
     let network = if dir == direction::RECV {
-        read::<usize>(skb, global(&SKB_DATA))?
+        field::<usize>(skb, global(&SKB_DATA))
     } else {
-        let nh: u16 = read(skb, global(&SKB_NETWORK_HEADER))?;
+        let nh: u16 = field(skb, global(&SKB_NETWORK_HEADER));
         if nh == HEADER_UNSET {
             return None;
         }
-        read::<usize>(skb, global(&SKB_HEAD))? + nh as usize
+        field::<usize>(skb, global(&SKB_HEAD)) + nh as usize
     };
+    let h: [u8; HEADERS] = read(network)?;
     let mut ev = PacketEvent {
         ts_ns,
-        ifindex: read::<i32>(dev, global(&DEV_IFINDEX))? as u32,
+        ifindex: field::<i32>(dev, global(&DEV_IFINDEX)) as u32,
         // SAFETY: helper without preconditions.
         cpu: unsafe { bpf_get_smp_processor_id() } as u16,
         direction: dir,
         network_protocol: protocol,
         ..PacketEvent::default()
     };
-    let transport = if protocol == ETH_P_IP {
-        ipv4(network, &mut ev)?
+    let l4_at = if protocol == ETH_P_IP {
+        ipv4(&h, &mut ev)?
     } else {
-        ipv6(network, &mut ev)?
+        ipv6(&h, &mut ev)?
     };
-    if ev.transport_protocol == IPPROTO_TCP {
-        tcp(transport, &mut ev)?;
+    // Transport header plus 8 bytes: inside `h`, or copied separately after IPv4 options.
+    let mut l4 = [0u8; 28];
+    if l4_at == 20 {
+        l4.copy_from_slice(&h[20..48]);
+    } else if l4_at == 40 {
+        l4[..20].copy_from_slice(&h[40..60]);
     } else {
-        udp(transport, &mut ev)?;
+        l4 = read(network + l4_at)?;
+    }
+    if ev.transport_protocol == IPPROTO_TCP {
+        tcp(&l4, &mut ev);
+    } else {
+        udp(&l4, &mut ev);
     }
     Some(ev)
 }
 
-/// Fills the IPv4 part of the digest; returns the transport header's address.
+/// Fills the IPv4 part of the digest; returns the transport header's offset from the network
+/// header.
 #[inline(always)]
-fn ipv4(network: usize, ev: &mut PacketEvent) -> Option<usize> {
-    let h: [u8; 20] = read(network, 0)?;
+fn ipv4(h: &[u8; HEADERS], ev: &mut PacketEvent) -> Option<usize> {
     let ihl = h[0] & 0x0f;
     if h[0] >> 4 != 4 || ihl < 5 {
         return None;
@@ -193,14 +218,13 @@ fn ipv4(network: usize, ev: &mut PacketEvent) -> Option<usize> {
     ev.tot_len = u16::from_be_bytes([h[2], h[3]]);
     ev.saddr[..4].copy_from_slice(&h[12..16]);
     ev.daddr[..4].copy_from_slice(&h[16..20]);
-    Some(network + 4 * ihl as usize)
+    Some(4 * ihl as usize)
 }
 
 /// Fills the IPv6 part of the digest (TCP directly after the fixed header only); returns the
-/// transport header's address.
+/// transport header's offset from the network header.
 #[inline(always)]
-fn ipv6(network: usize, ev: &mut PacketEvent) -> Option<usize> {
-    let h: [u8; 40] = read(network, 0)?;
+fn ipv6(h: &[u8; HEADERS], ev: &mut PacketEvent) -> Option<usize> {
     if h[0] >> 4 != 6 || h[6] != IPPROTO_TCP {
         return None;
     }
@@ -209,43 +233,35 @@ fn ipv6(network: usize, ev: &mut PacketEvent) -> Option<usize> {
     ev.tot_len = u16::from_be_bytes([h[4], h[5]]).saturating_add(40);
     ev.saddr.copy_from_slice(&h[8..24]);
     ev.daddr.copy_from_slice(&h[24..40]);
-    Some(network + 40)
+    Some(40)
 }
 
 /// Fills the TCP part of the digest.
 #[inline(always)]
-fn tcp(transport: usize, ev: &mut PacketEvent) -> Option<()> {
-    let h: [u8; 14] = read(transport, 0)?;
+fn tcp(h: &[u8; 28], ev: &mut PacketEvent) {
     ev.source = u16::from_be_bytes([h[0], h[1]]);
     ev.dest = u16::from_be_bytes([h[2], h[3]]);
     ev.seq = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
     ev.ack_seq = u32::from_be_bytes([h[8], h[9], h[10], h[11]]);
     ev.doff = h[12] >> 4;
     ev.tcp_flags = h[13];
-    Some(())
 }
 
 /// Fills the UDP part of the digest: ports, length and at most the first 8 payload bytes.
 #[inline(always)]
-fn udp(transport: usize, ev: &mut PacketEvent) -> Option<()> {
-    let h: [u8; 8] = read(transport, 0)?;
+fn udp(h: &[u8; 28], ev: &mut PacketEvent) {
     ev.source = u16::from_be_bytes([h[0], h[1]]);
     ev.dest = u16::from_be_bytes([h[2], h[3]]);
     ev.udp_len = u16::from_be_bytes([h[4], h[5]]);
     let payload_len = ev.udp_len.saturating_sub(8) as usize;
-    if payload_len > 0
-        && let Some(p) = read::<[u8; 8]>(transport, 8)
-    {
-        // Keep only bytes inside the datagram: the rest of the read is not this packet's.
-        let mut i = 0;
-        while i < 8 {
-            if i < payload_len {
-                ev.udp_data[i] = p[i];
-            }
-            i += 1;
+    // Keep only bytes inside the datagram: the rest of the copy is not this packet's.
+    let mut i = 0;
+    while i < 8 {
+        if i < payload_len {
+            ev.udp_data[i] = h[8 + i];
         }
+        i += 1;
     }
-    Some(())
 }
 
 #[cfg(target_arch = "bpf")]
