@@ -75,8 +75,11 @@ impl Capture {
         for (name, value) in offsets.globals() {
             loader.override_global(name, value, true);
         }
+        // Wake the agent early when a quarter of the ring fills; otherwise it drains on a timer.
+        let wakeup_bytes = opts.ring_size / 4;
         loader
             .override_global("NETNS_INUM", &netns, true)
+            .override_global("WAKEUP_BYTES", &wakeup_bytes, true)
             .map_max_entries("EVENTS", opts.ring_size);
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| {
             anyhow::Error::new(e).context("the kernel refused tsync's eBPF maps or programs")

@@ -29,6 +29,9 @@ use crate::{
 
 /// Period of clock samples and lost-counter records (the contract says at most 1 s).
 const SAMPLE_PERIOD: Duration = Duration::from_millis(500);
+/// Period of ring buffer drains. The programs wake the agent only when the ring fills up (a wakeup
+/// per event would cost an interrupt per packet), so the agent mostly drains on this timer.
+const DRAIN_PERIOD: Duration = Duration::from_millis(10);
 /// Period of progress line redraws.
 const PROGRESS_PERIOD: Duration = Duration::from_millis(250);
 
@@ -154,6 +157,8 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
             .context("cannot poll the ring buffer")?;
     let mut samples = interval(SAMPLE_PERIOD);
     samples.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut drains = interval(DRAIN_PERIOD);
+    drains.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut redraw = interval(PROGRESS_PERIOD);
     redraw.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let deadline = tokio::time::sleep(plan.duration.unwrap_or(Duration::MAX / 4));
@@ -174,6 +179,10 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
                 if empty {
                     guard.clear_ready();
                 }
+                sink.release(cutoff(empty, &sink.reorder))?;
+            }
+            _ = drains.tick() => {
+                let empty = drain(&mut capture, &mut sink.reorder, batch_max);
                 sink.release(cutoff(empty, &sink.reorder))?;
             }
             _ = samples.tick() => {

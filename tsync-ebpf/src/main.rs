@@ -16,6 +16,7 @@
 #![cfg_attr(not(target_arch = "bpf"), allow(dead_code))]
 
 use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{btf_tracepoint, map},
     maps::{PerCpuArray, RingBuf},
@@ -59,6 +60,12 @@ static NET_NS_INUM: u32 = 0;
 /// Only packets of devices in the network namespace with this inode number are recorded; 0 = all.
 #[unsafe(no_mangle)]
 static NETNS_INUM: u32 = 0;
+
+/// Wake the agent when this many bytes wait in the ring buffer (set by the agent). Below that it
+/// drains on its own timer: a wakeup per event (the ring buffer's default) costs an interrupt per
+/// packet, more than the whole digest.
+#[unsafe(no_mangle)]
+static WAKEUP_BYTES: u32 = 1 << 20;
 
 /// `network_header` value meaning "not set" (`(u16)~0U`).
 const HEADER_UNSET: u16 = 0xffff;
@@ -117,7 +124,7 @@ fn record(ctx: &BtfTracePointContext, dir: u8) {
     match EVENTS.reserve::<PacketEvent>(0) {
         Some(mut entry) => {
             entry.write(ev);
-            entry.submit(0);
+            entry.submit(wakeup_flag());
         }
         None => {
             if let Some(count) = LOST.get_ptr_mut(u32::from(dir)) {
@@ -132,6 +139,20 @@ fn record(ctx: &BtfTracePointContext, dir: u8) {
 /// UDP (8) and 8 UDP payload bytes. One copy is cheaper than one per header. An IPv4 header with
 /// options needs a second copy for the transport header.
 const HEADERS: usize = 60;
+
+/// Submit flag: wake the agent only for the record that makes the waiting data cross
+/// `WAKEUP_BYTES` (records racing on other CPUs may step over it; the agent's timer covers that).
+#[inline(always)]
+fn wakeup_flag() -> u64 {
+    let waiting = EVENTS.query(BPF_RB_AVAIL_DATA.into());
+    let threshold = global(&WAKEUP_BYTES) as u64;
+    let record = (core::mem::size_of::<PacketEvent>() + 8) as u64;
+    if waiting >= threshold && waiting < threshold + record {
+        BPF_RB_FORCE_WAKEUP.into()
+    } else {
+        BPF_RB_NO_WAKEUP.into()
+    }
+}
 
 /// The digest of the packet in `skb`, or `None` if it is not one tsync records.
 #[inline(always)]
