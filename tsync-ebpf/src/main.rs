@@ -114,11 +114,8 @@ fn read<T>(addr: usize) -> Option<T> {
 /// skipped.
 #[inline(always)]
 fn record(ctx: &BtfTracePointContext, dir: u8) {
-    // Time first: as close to the hook as possible.
-    // SAFETY: helper without preconditions.
-    let ts_ns = unsafe { bpf_ktime_get_ns() };
     let skb: usize = ctx.arg(0);
-    let Some(ev) = digest(skb, dir, ts_ns) else {
+    let Some(ev) = digest(skb, dir) else {
         return;
     };
     match EVENTS.reserve::<PacketEvent>(0) {
@@ -156,7 +153,7 @@ fn wakeup_flag() -> u64 {
 
 /// The digest of the packet in `skb`, or `None` if it is not one tsync records.
 #[inline(always)]
-fn digest(skb: usize, dir: u8, ts_ns: u64) -> Option<PacketEvent> {
+fn digest(skb: usize, dir: u8) -> Option<PacketEvent> {
     let protocol = u16::from_be(field::<u16>(skb, global(&SKB_PROTOCOL)));
     if protocol != ETH_P_IP && protocol != ETH_P_IPV6 {
         return None;
@@ -172,6 +169,11 @@ fn digest(skb: usize, dir: u8, ts_ns: u64) -> Option<PacketEvent> {
             return None;
         }
     }
+    // The time is read once the packet is known to be ours (packets of other namespaces do not
+    // pay for it) and before anything that depends on the packet's size: the few loads above
+    // take the same time for every packet, in both directions.
+    // SAFETY: helper without preconditions.
+    let ts_ns = unsafe { bpf_ktime_get_ns() };
     // On receive the tracepoint fires before the network header offset is reset, but `data`
     // already points past the link-layer header; on transmit `data` points at the link-layer
     // header and `network_header` is set.
