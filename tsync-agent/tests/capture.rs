@@ -690,3 +690,50 @@ impl Agent {
         (status, out, self.stderr_seen.join("\n"))
     }
 }
+
+#[test]
+fn a_full_ring_buffer_counts_lost_events() {
+    let _serial = serial();
+    require_root();
+    let link = Link::new();
+    let dir = tmpdir();
+    let file = dir.path().join("lossy.trace");
+    // One page of ring buffer holds about 46 events; the agent drains every 10 ms.
+    let agent = Agent::start(Some(&link.ns[0]), &file, &["--ring-size", "4096"]);
+    let dst: SocketAddr = format!("{}:5560", Link::V4[0]).parse().unwrap();
+    let sent = 20_000u32;
+    link.run_in(1, move || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        for i in 0..sent {
+            s.send_to(&i.to_be_bytes(), dst).unwrap();
+        }
+    });
+    thread::sleep(Duration::from_millis(200));
+    let (status, out, err) = agent.stop();
+    assert!(status.success(), "{err}");
+    let mut r = TraceReader::open(&file).unwrap();
+    let mut received = 0u64;
+    while let Some(chunk) = r.next_events().unwrap() {
+        received += chunk
+            .iter()
+            .filter(|e| e.direction == direction::RECV && e.dest == 5560)
+            .count() as u64;
+    }
+    let footer = r.footer().unwrap().clone();
+    let lost = footer.lost.clone();
+    assert!(
+        lost.recv > 0,
+        "a 4 KiB ring cannot keep up with {sent} datagrams: {lost:?}"
+    );
+    assert!(
+        received + lost.recv <= u64::from(sent),
+        "{received} + {lost:?}"
+    );
+    let per_cpu_recv: u64 = lost.per_cpu.iter().map(|c| c[1]).sum();
+    assert_eq!(per_cpu_recv, lost.recv);
+    assert!(
+        out.contains(&format!("{} lost", lost.total())),
+        "summary: {out}"
+    );
+    assert!(err.contains("were lost"), "a warning names the loss: {err}");
+}

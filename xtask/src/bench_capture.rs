@@ -93,9 +93,12 @@ impl Args {
             .unwrap_or_else(|| root.join("target"));
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         eprintln!("bench: building tsync-agent (release)");
-        run(Command::new(&cargo)
-            .current_dir(&root)
-            .args(["build", "--release", "-p", "tsync-agent"]))?;
+        run(Command::new(&cargo).current_dir(&root).args([
+            "build",
+            "--release",
+            "-p",
+            "tsync-agent",
+        ]))?;
         let agent = target.join("release/tsync-agent");
         let out_dir = target.join("bench");
         fs::create_dir_all(&out_dir)
@@ -140,7 +143,16 @@ impl Args {
             }
         }
         let mut server = Command::new("ip")
-            .args(["netns", "exec", &link.ns[0], "iperf3", "-s", "-1", "-p", "5201"])
+            .args([
+                "netns",
+                "exec",
+                &link.ns[0],
+                "iperf3",
+                "-s",
+                "-1",
+                "-p",
+                "5201",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -149,7 +161,16 @@ impl Args {
         let counters_before = link.counters()?;
         let started = Instant::now();
         let client = Command::new("ip")
-            .args(["netns", "exec", &link.ns[1], "iperf3", "-c", ADDR[0], "-p", "5201"])
+            .args([
+                "netns",
+                "exec",
+                &link.ns[1],
+                "iperf3",
+                "-c",
+                ADDR[0],
+                "-p",
+                "5201",
+            ])
             .args(["-t", &self.duration.to_string()])
             .args(scenario.iperf_args)
             .output()
@@ -251,8 +272,18 @@ impl Link {
             run(Command::new("ip").args(["netns", "add", ns]))?;
         }
         run(Command::new("ip").args([
-            "link", "add", &link.dev[0], "netns", &link.ns[0], "type", "veth", "peer", "name",
-            &link.dev[1], "netns", &link.ns[1],
+            "link",
+            "add",
+            &link.dev[0],
+            "netns",
+            &link.ns[0],
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &link.dev[1],
+            "netns",
+            &link.ns[1],
         ]))?;
         for i in 0..2 {
             let (ns, dev) = (&link.ns[i], &link.dev[i]);
@@ -267,7 +298,14 @@ impl Link {
     /// (packets, bytes) through the first veth end, both directions.
     fn counters(&self) -> Result<(u64, u64)> {
         let json = output(Command::new("ip").args([
-            "-n", &self.ns[0], "-s", "-j", "link", "show", "dev", &self.dev[0],
+            "-n",
+            &self.ns[0],
+            "-s",
+            "-j",
+            "link",
+            "show",
+            "dev",
+            &self.dev[0],
         ]))
         .context("cannot read the veth counters")?;
         let v: Value = serde_json::from_str(&json).context("ip -j printed no JSON")?;
@@ -295,7 +333,8 @@ const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
 impl BpfStats {
     fn enable() -> Result<Self> {
-        let old = fs::read_to_string(BPF_STATS).with_context(|| format!("cannot read {BPF_STATS}"))?;
+        let old =
+            fs::read_to_string(BPF_STATS).with_context(|| format!("cannot read {BPF_STATS}"))?;
         fs::write(BPF_STATS, "1").with_context(|| format!("cannot write {BPF_STATS}"))?;
         Ok(Self(old.trim().to_string()))
     }
@@ -344,7 +383,9 @@ struct Agent {
 impl Agent {
     fn start(bin: &Path, ns: &str, trace: &Path, ring_size: Option<u64>) -> Result<Self> {
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns]).arg(bin).args(["record", "-o"]);
+        cmd.args(["netns", "exec", ns])
+            .arg(bin)
+            .args(["record", "-o"]);
         cmd.arg(trace);
         if let Some(size) = ring_size {
             cmd.args(["--ring-size", &size.to_string()]);
