@@ -1,10 +1,14 @@
-//! `cargo xtask`: developer tasks (setup, test, benchmarks, demo).
+//! `cargo xtask`: developer tasks (setup, test, simulation, benchmarks, demo).
 //!
-//! Every task is a module with an `Args` type (clap) that has `fn run(self) -> anyhow::Result<()>`;
-//! adding a task is one line in one of the `tasks!` lists below.
+//! Every task is an `Args` type (clap) with `fn run(self) -> anyhow::Result<()>`; adding a task is
+//! one line in one of the `tasks!` lists below.
 mod bench_capture;
+mod demo;
+mod netns;
 mod setup;
+mod simulate;
 mod test;
+mod traffic;
 
 use std::process::ExitCode;
 
@@ -36,6 +40,10 @@ tasks! {
         Setup(setup::Args),
         /// Run setup, then fmt check, clippy and the whole workspace's tests.
         Test(test::Args),
+        /// Write agent-format traces of simulated nodes with known clocks, and the truth beside them.
+        Simulate(SimulateArgs),
+        /// Generate request/response and bulk TCP traffic to peers (the demo runs one per node).
+        Traffic(traffic::TrafficArgs),
         /// Benchmarks (not timed tests).
         #[command(subcommand)]
         Bench(Bench),
@@ -47,6 +55,36 @@ tasks! {
     enum Bench {
         /// Capture overhead: iperf3 between two network namespaces, with and without agents.
         Capture(bench_capture::Args),
+    }
+}
+
+#[derive(clap::Args)]
+struct SimulateArgs {
+    #[command(flatten)]
+    config: simulate::SimConfig,
+    /// Output directory.
+    #[arg(short, long, default_value = "target/simulate")]
+    out: std::path::PathBuf,
+}
+
+impl SimulateArgs {
+    fn run(self) -> anyhow::Result<()> {
+        let truth = simulate::simulate(&self.config, &self.out)?;
+        println!(
+            "{} messages among {} nodes written to {}",
+            truth.messages,
+            truth.nodes.len(),
+            self.out.display()
+        );
+        Ok(())
+    }
+}
+
+impl traffic::TrafficArgs {
+    fn run(self) -> anyhow::Result<()> {
+        let exchanges = traffic::run(&self)?;
+        println!("{exchanges} request/response exchanges completed");
+        Ok(())
     }
 }
 
@@ -65,4 +103,12 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The workspace's root folder (xtask lives one level below it).
+pub fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is inside the workspace")
+        .to_owned()
 }
