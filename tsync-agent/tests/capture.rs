@@ -65,7 +65,8 @@ impl Link {
     const V4: [&'static str; 2] = ["10.77.0.1", "10.77.0.2"];
     const V6: [&'static str; 2] = ["fd77::1", "fd77::2"];
 
-    fn new() -> Self {
+    /// Two empty namespaces (the veth pair comes with [`Link::connect`]).
+    fn namespaces() -> Self {
         let id = format!(
             "{}x{}",
             std::process::id(),
@@ -79,6 +80,19 @@ impl Link {
         for ns in &link.ns {
             sh(&["ip", "netns", "add", ns]);
         }
+        link
+    }
+
+    /// Two namespaces joined by the veth pair.
+    fn new() -> Self {
+        let link = Self::namespaces();
+        link.connect();
+        link
+    }
+
+    /// Creates the veth pair between the namespaces, with addresses, up.
+    fn connect(&self) {
+        let link = self;
         sh(&[
             "ip",
             "link",
@@ -120,7 +134,6 @@ impl Link {
             sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
             sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
         }
-        link
     }
 
     /// Runs `f` on a thread that has entered namespace `i` (sockets it opens live there).
@@ -736,4 +749,92 @@ fn a_full_ring_buffer_counts_lost_events() {
         "summary: {out}"
     );
     assert!(err.contains("were lost"), "a warning names the loss: {err}");
+}
+
+#[test]
+fn interfaces_created_while_recording_are_covered() {
+    let _serial = serial();
+    require_root();
+    let link = Link::namespaces();
+    let dir = tmpdir();
+    let file = dir.path().join("late.trace");
+    let agent = Agent::start(Some(&link.ns[0]), &file, &[]);
+    // The veth pair appears only now.
+    link.connect();
+    tcp_exchange(
+        &link,
+        format!("{}:5561", Link::V4[0]).parse().unwrap(),
+        10,
+        10,
+    );
+    let ifindex = link.run_in(0, {
+        let dev = link.dev[0].clone();
+        move || {
+            let name = std::ffi::CString::new(dev).unwrap();
+            // SAFETY: valid C string; the thread is in the namespace of the device.
+            unsafe { libc::if_nametoindex(name.as_ptr()) }
+        }
+    });
+    assert_ne!(ifindex, 0);
+    thread::sleep(Duration::from_millis(100));
+    let (status, _, err) = agent.stop();
+    assert!(status.success(), "{err}");
+    let mut r = TraceReader::open(&file).unwrap();
+    let mut seen = Vec::new();
+    while let Some(chunk) = r.next_events().unwrap() {
+        seen.extend(
+            chunk
+                .iter()
+                .filter(|e| e.source == 5561 || e.dest == 5561)
+                .copied(),
+        );
+    }
+    assert!(
+        seen.iter()
+            .any(|e| e.direction == direction::SEND && e.ifindex == ifindex),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|e| e.direction == direction::RECV && e.ifindex == ifindex)
+    );
+}
+
+#[test]
+fn killed_agent_leaves_a_readable_file_and_nothing_attached() {
+    let _serial = serial();
+    require_root();
+    let link = Link::new();
+    let dir = tmpdir();
+    let file = dir.path().join("killed.trace");
+    let before = our_program_ids();
+    let mut agent = Agent::start(Some(&link.ns[0]), &file, &[]);
+    let ours: BTreeSet<u32> = our_program_ids().difference(&before).copied().collect();
+    assert!(ours.len() >= 2, "{ours:?}");
+    tcp_exchange(
+        &link,
+        format!("{}:5562", Link::V4[0]).parse().unwrap(),
+        500,
+        500,
+    );
+    // The agent flushes every 0.5 s: wait for one flush, then kill it without warning.
+    thread::sleep(Duration::from_millis(1200));
+    let mut child = agent.child.take().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        wait_until_unloaded(&ours).is_empty(),
+        "programs survived kill -9"
+    );
+    let mut r = TraceReader::open(&file).unwrap();
+    let mut n = 0;
+    while let Some(chunk) = r.next_events().unwrap() {
+        n += chunk
+            .iter()
+            .filter(|e| e.dest == 5562 || e.source == 5562)
+            .count();
+    }
+    assert!(r.footer().is_none(), "no footer: the agent was killed");
+    // SYN, SYN-ACK, ACK, data and FINs, sent and received by the server's namespace.
+    assert!(n >= 8, "events flushed before the kill are readable: {n}");
 }
