@@ -51,7 +51,7 @@ struct RecordArgs {
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
     /// Stop after this many seconds.
-    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    #[arg(long, value_name = "SECS", value_parser = parse_duration, allow_hyphen_values = true)]
     duration: Option<f64>,
     /// Node name recorded in the header (default: the hostname).
     #[arg(long, value_name = "NAME")]

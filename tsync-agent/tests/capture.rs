@@ -838,3 +838,45 @@ fn killed_agent_leaves_a_readable_file_and_nothing_attached() {
     // SYN, SYN-ACK, ACK, data and FINs, sent and received by the server's namespace.
     assert!(n >= 8, "events flushed before the kill are readable: {n}");
 }
+
+#[test]
+fn duration_stops_the_agent_by_itself() {
+    let _serial = serial();
+    require_root();
+    let dir = tmpdir();
+    let file = dir.path().join("timed.trace");
+    let started = Instant::now();
+    let out = Command::new(AGENT)
+        .args(["record", "--duration", "0.5", "--node", "timed", "-o"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let r = TraceReader::open(&file).unwrap();
+    assert_eq!(r.header().node, "timed");
+    assert_eq!(r.header().options.duration_s, Some(0.5));
+    let mut r = r;
+    while r.next_events().unwrap().is_some() {}
+    assert!(r.footer().is_some(), "a timed run ends with a footer");
+}
+
+#[test]
+fn bad_options_are_rejected_with_usage_errors() {
+    for (args, expect) in [
+        (&["--ring-size", "1000"][..], "power of two"),
+        (&["--duration", "-3"][..], "duration"),
+        (&["--clock-skew", "12"][..], "OFFSET_NS,DRIFT_PPM"),
+        (&["--clock-skew", "0,-2000000"][..], "DRIFT_PPM"),
+    ] {
+        let out = Command::new(AGENT)
+            .args(["record", "-o", "/nonexistent/never-written.trace"])
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expect), "{args:?}: {stderr}");
+    }
+}
