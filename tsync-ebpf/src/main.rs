@@ -115,21 +115,38 @@ fn read<T>(addr: usize) -> Option<T> {
 #[inline(always)]
 fn record(ctx: &BtfTracePointContext, dir: u8) {
     let skb: usize = ctx.arg(0);
-    let Some(ev) = digest(skb, dir) else {
-        return;
+    let ev = match digest(skb, dir) {
+        Digest::Event(ev) => ev,
+        Digest::NotOurs => return,
+        Digest::Unreadable => return count_lost(dir),
     };
     match EVENTS.reserve::<PacketEvent>(0) {
         Some(mut entry) => {
             entry.write(ev);
             entry.submit(wakeup_flag());
         }
-        None => {
-            if let Some(count) = LOST.get_ptr_mut(u32::from(dir)) {
-                // SAFETY: per-CPU slot, only this CPU's program touches it while it runs.
-                unsafe { *count += 1 };
-            }
-        }
+        None => count_lost(dir),
     }
+}
+
+/// Counts a packet that should have been recorded but was not (ring buffer full, or its headers
+/// could not be copied): lost events are never silent.
+#[inline(always)]
+fn count_lost(dir: u8) {
+    if let Some(count) = LOST.get_ptr_mut(u32::from(dir)) {
+        // SAFETY: per-CPU slot, only this CPU's program touches it while it runs.
+        unsafe { *count += 1 };
+    }
+}
+
+/// What the hook makes of a packet.
+enum Digest {
+    /// A packet of a recorded kind.
+    Event(PacketEvent),
+    /// Another namespace, not IP, not TCP/UDP, a later fragment, IPv6 extension headers, …
+    NotOurs,
+    /// An IP packet of ours whose headers could not be copied.
+    Unreadable,
 }
 
 /// Bytes of headers read at once from the network header: IPv4 (20) or IPv6 (40) plus TCP (20) or
@@ -151,22 +168,22 @@ fn wakeup_flag() -> u64 {
     }
 }
 
-/// The digest of the packet in `skb`, or `None` if it is not one tsync records.
+/// The digest of the packet in `skb`.
 #[inline(always)]
-fn digest(skb: usize, dir: u8) -> Option<PacketEvent> {
+fn digest(skb: usize, dir: u8) -> Digest {
     let protocol = u16::from_be(field::<u16>(skb, global(&SKB_PROTOCOL)));
     if protocol != ETH_P_IP && protocol != ETH_P_IPV6 {
-        return None;
+        return Digest::NotOurs;
     }
     let dev: usize = field(skb, global(&SKB_DEV));
     if dev == 0 {
-        return None;
+        return Digest::NotOurs;
     }
     let want_netns = global(&NETNS_INUM) as u32;
     if want_netns != 0 {
         let net: usize = field(dev, global(&DEV_ND_NET));
         if net == 0 || field::<u32>(net, global(&NET_NS_INUM)) != want_netns {
-            return None;
+            return Digest::NotOurs;
         }
     }
     // The time is read once the packet is known to be ours (packets of other namespaces do not
@@ -182,11 +199,13 @@ fn digest(skb: usize, dir: u8) -> Option<PacketEvent> {
     } else {
         let nh: u16 = field(skb, global(&SKB_NETWORK_HEADER));
         if nh == HEADER_UNSET {
-            return None;
+            return Digest::NotOurs;
         }
         field::<usize>(skb, global(&SKB_HEAD)) + nh as usize
     };
-    let h: [u8; HEADERS] = read(network)?;
+    let Some(h) = read::<[u8; HEADERS]>(network) else {
+        return Digest::Unreadable;
+    };
     let mut ev = PacketEvent {
         ts_ns,
         ifindex: field::<i32>(dev, global(&DEV_IFINDEX)) as u32,
@@ -197,9 +216,12 @@ fn digest(skb: usize, dir: u8) -> Option<PacketEvent> {
         ..PacketEvent::default()
     };
     let l4_at = if protocol == ETH_P_IP {
-        ipv4(&h, &mut ev)?
+        ipv4(&h, &mut ev)
     } else {
-        ipv6(&h, &mut ev)?
+        ipv6(&h, &mut ev)
+    };
+    let Some(l4_at) = l4_at else {
+        return Digest::NotOurs;
     };
     // Transport header plus 8 bytes: inside `h`, or copied separately after IPv4 options.
     let mut l4 = [0u8; 28];
@@ -208,14 +230,17 @@ fn digest(skb: usize, dir: u8) -> Option<PacketEvent> {
     } else if l4_at == 40 {
         l4[..20].copy_from_slice(&h[40..60]);
     } else {
-        l4 = read(network + l4_at)?;
+        let Some(copied) = read(network + l4_at) else {
+            return Digest::Unreadable;
+        };
+        l4 = copied;
     }
     if ev.transport_protocol == IPPROTO_TCP {
         tcp(&l4, &mut ev);
     } else {
         udp(&l4, &mut ev);
     }
-    Some(ev)
+    Digest::Event(ev)
 }
 
 /// Fills the IPv4 part of the digest; returns the transport header's offset from the network
