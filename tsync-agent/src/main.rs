@@ -5,6 +5,7 @@
 //! their ring buffer into the file until SIGINT/SIGTERM or the duration ends, then prints a summary.
 mod btf;
 mod clock;
+mod console;
 mod loader;
 mod node;
 mod offsets;
@@ -155,13 +156,13 @@ fn record(args: RecordArgs) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     let summary = runtime.block_on(recorder::record(capture, plan))?;
-    println!("{summary}");
+    console::out(&summary.to_string());
     if summary.lost.total() > 0 {
-        eprintln!(
+        console::err(&format!(
             "tsync-agent: warning: {} events were lost because the ring buffer was full; \
              try a larger --ring-size",
             summary.lost.total()
-        );
+        ));
     }
     Ok(())
 }
@@ -174,7 +175,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("tsync-agent: error: {err:#}");
+            console::err(&format!("tsync-agent: error: {err:#}"));
             ExitCode::FAILURE
         }
     }

@@ -20,7 +20,7 @@ use tsync_common::{
 };
 
 use crate::{
-    clock,
+    clock, console,
     loader::Capture,
     progress::Progress,
     reorder::{Reorder, WINDOW_NS},
@@ -148,7 +148,7 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
         .map_err(|e| write_error(&plan.path, e))?;
     let started = Instant::now();
     let mut progress = Progress::new();
-    eprintln!("{}", plan.ready_message);
+    console::err(&plan.ready_message);
 
     // SAFETY: the ring buffer map owns the fd and keeps it open for as long as `ring` lives:
     // `ring` is declared after `capture` and dropped before it on every path.
