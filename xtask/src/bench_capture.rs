@@ -138,8 +138,8 @@ impl Args {
         let before_ids = our_program_ids()?;
         let mut running = Vec::new();
         if let Some((bin, traces)) = agents {
-            for n in 0..2 {
-                running.push(Agent::start(bin, &link.ns[n], &traces[n], self.ring_size)?);
+            for (ns, trace) in link.ns.iter().zip(traces) {
+                running.push(Agent::start(bin, ns, trace, self.ring_size)?);
             }
         }
         let mut server = Command::new("ip")
@@ -285,9 +285,8 @@ impl Link {
             "netns",
             &link.ns[1],
         ]))?;
-        for i in 0..2 {
-            let (ns, dev) = (&link.ns[i], &link.dev[i]);
-            let addr = format!("{}/24", ADDR[i]);
+        for ((ns, dev), addr) in link.ns.iter().zip(&link.dev).zip(ADDR) {
+            let addr = format!("{addr}/24");
             run(Command::new("ip").args(["-n", ns, "addr", "add", &addr, "dev", dev]))?;
             run(Command::new("ip").args(["-n", ns, "link", "set", dev, "up"]))?;
             run(Command::new("ip").args(["-n", ns, "link", "set", "lo", "up"]))?;
