@@ -225,11 +225,16 @@ impl Agent {
         );
     }
 
-    /// Sends SIGINT and waits for the exit; returns status, stdout and stderr.
-    fn stop(mut self) -> (ExitStatus, String, String) {
+    /// Sends SIGINT (Ctrl-C) and waits for the exit; returns status, stdout and stderr.
+    fn stop(self) -> (ExitStatus, String, String) {
+        self.stop_with(libc::SIGINT)
+    }
+
+    /// Sends `signal` and waits for the exit; returns status, stdout and stderr.
+    fn stop_with(mut self, signal: i32) -> (ExitStatus, String, String) {
         let mut child = self.child.take().unwrap();
         // SAFETY: signalling our own child process.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        unsafe { libc::kill(child.id() as i32, signal) };
         let status = child.wait().unwrap();
         let mut out = String::new();
         child
@@ -545,7 +550,7 @@ fn all_netns_sees_other_namespaces_and_clock_skew_is_applied() {
     );
     thread::sleep(Duration::from_millis(200));
     let (s1, _, e1) = agent_plain.stop();
-    let (s2, _, e2) = agent_skewed.stop();
+    let (s2, _, e2) = agent_skewed.stop_with(libc::SIGTERM);
     assert!(s1.success() && s2.success(), "{e1}\n{e2}");
     let plain = read_trace(&plain);
     let skewed = read_trace(&skewed);
