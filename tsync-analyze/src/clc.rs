@@ -635,6 +635,9 @@ mod tests {
         }
     }
 
+    /// A generated event: (true time, trace, Some((message id, is send))).
+    type TrueEvent = (i64, usize, Option<(usize, bool)>);
+
     fn no_backward_ramp() -> ClcParams {
         ClcParams {
             rho: 0.0,
@@ -799,7 +802,7 @@ mod tests {
             }
         };
         // True-time events: (true time, trace, message id, is_send).
-        let mut events: Vec<(i64, usize, Option<(usize, bool)>)> = Vec::new();
+        let mut events: Vec<TrueEvent> = Vec::new();
         let mut t = 0i64;
         let mut id = 0;
         while t < 1_000_000_000 {
@@ -927,7 +930,7 @@ mod tests {
                 ),
             )
                 .prop_map(move |(offsets, steps)| {
-                    let mut events: Vec<(i64, usize, Option<(usize, bool)>)> = Vec::new();
+                    let mut events: Vec<TrueEvent> = Vec::new();
                     let mut t = 0;
                     let mut id = 0;
                     for (from, to, gap, latency, is_message) in steps {
