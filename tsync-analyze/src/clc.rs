@@ -61,6 +61,15 @@ impl PairLatency {
         }
     }
 
+    /// A table where every ordered pair has the user-given latency `ns` (marked known).
+    pub fn uniform(traces: usize, ns: i64) -> Self {
+        PairLatency {
+            traces,
+            ns: vec![ns; traces * traces],
+            known: vec![true; traces * traces],
+        }
+    }
+
     /// Sets `l_min` of messages from `from` to `to`.
     ///
     /// # Panics
@@ -281,6 +290,8 @@ struct Jump {
     trace: usize,
     index: usize,
     delta_t: i64,
+    /// The previous moved receive of the same trace: the ramp does not reach back past it.
+    previous: Option<usize>,
 }
 
 /// Runs the controlled logical clock over all traces and reports what it changed.
@@ -420,6 +431,7 @@ fn forward_pass(
             .all(|m| cursor[input.messages[m].send.trace] > input.messages[m].send.index)
     };
     let mut jumps = Vec::new();
+    let mut last_jump: Vec<Option<usize>> = vec![None; traces.len()];
     while let Some(Reverse((_, i))) = heap.pop() {
         let j = cursor[i];
         let gid = offsets[i] + j;
@@ -447,6 +459,7 @@ fn forward_pass(
                     trace: i,
                     index: j,
                     delta_t: need - base,
+                    previous: last_jump[i].replace(j),
                 });
                 need
             }
@@ -481,6 +494,11 @@ fn forward_pass(
 /// over the amortization interval `[x_r − L_A, x_r)` before it, where `x_r` is the receive's time
 /// without the jump and `L_A = Δt / ρ`.
 ///
+/// The interval stops at the previous moved receive of the same trace (the ramp then gets
+/// steeper). Windows of one trace are thus disjoint: every event is moved by at most one ramp and
+/// the backward pass is linear, where Becker's independent ramps would touch the same events
+/// once per nearby jump — quadratic when violations come in bursts.
+///
 /// The ideal ramp `f0(x) = Δt·(x − x_r + L_A)/L_A` is lowered where a send in the window cannot
 /// move that far: going from right to left, each send gets `g = min(f0, cap, g_right)`, with `cap`
 /// the distance to its receives' times minus `l_min`; sends where `g < f0` become anchors of a
@@ -498,11 +516,16 @@ fn backward_ramp(
     let i = jump.trace;
     let delta_t = jump.delta_t as f64;
     let x_r = corrected[i][jump.index] - jump.delta_t;
-    let length = delta_t / params.rho;
-    let start = x_r as f64 - length;
-    let times = &corrected[i][..jump.index];
-    let first = times.partition_point(|&t| (t as f64) < start);
-    if first == jump.index {
+    let mut start = x_r as f64 - delta_t / params.rho;
+    let mut lowest = 0;
+    if let Some(p) = jump.previous {
+        start = start.max(corrected[i][p] as f64);
+        lowest = p + 1;
+    }
+    let length = x_r as f64 - start;
+    let times = &corrected[i][lowest..jump.index];
+    let first = lowest + times.partition_point(|&t| (t as f64) < start);
+    if first == jump.index || length <= 0.0 {
         return;
     }
     let f0 = |x: i64| delta_t * (x as f64 - start) / length;
@@ -716,6 +739,38 @@ mod tests {
     }
 
     #[test]
+    fn ramps_stop_at_the_previous_moved_receive() {
+        // Trace 1: events every 1_000 ns; receives at index 2 (1_000 ns too early) and 6 (about
+        // 13 µs too early). With ρ = 0.01 the second ramp would reach back 1.3 ms, over the whole
+        // trace; it stops at the first receive instead.
+        let t1: Vec<i64> = (0..8).map(|k| k * 1000).collect();
+        let input = ClcInput {
+            traces: vec![vec![3_000, 20_000], t1.clone()],
+            messages: vec![msg(0, 0, 1, 2), msg(0, 1, 1, 6)],
+        };
+        let forward = correct(&input, &PairLatency::new(2, 0), &no_backward_ramp()).unwrap();
+        assert_eq!(
+            forward.corrected[1],
+            vec![0, 1000, 3000, 3999, 4998, 5997, 20_000, 20_999]
+        );
+        let out = correct(&input, &PairLatency::new(2, 0), &ClcParams::default()).unwrap();
+        let c = &out.corrected[1];
+        assert_eq!(out.report.corrected_explicitly, 2);
+        assert_eq!(
+            &c[..3],
+            &[0, 1000, 3000],
+            "nothing moves before the first receive"
+        );
+        // Between the receives: the ramp from 3000 (offset 0) to 6996 (offset 13_004).
+        let ramp = |x: f64| x + 13_004.0 * (x - 3000.0) / 3996.0;
+        for (k, x) in [(3, 3999.0), (4, 4998.0), (5, 5997.0)] {
+            assert_eq!(c[k], ramp(x).floor() as i64, "event {k}");
+        }
+        assert_eq!(&c[6..], &[20_000, 20_999]);
+        assert_eq!(out.report.violations_after, 0);
+    }
+
+    #[test]
     fn causal_cycle_is_an_error_not_a_hang() {
         // Each trace receives, as its first event, what the other sends as its second.
         let input = ClcInput {
@@ -773,6 +828,7 @@ mod tests {
         assert_eq!(t.get(1, 0), 20_000);
         assert_eq!(t.get(2, 1), 3);
         assert_eq!(t.known(0, 2), None);
+        assert_eq!(PairLatency::uniform(2, 9).known(1, 0), Some(9));
     }
 
     /// A synthetic capture: `nodes` traces with an event every ~10 µs over one second, messages

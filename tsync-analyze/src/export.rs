@@ -91,12 +91,24 @@ impl fmt::Display for ExportFormat {
 }
 
 /// Settings of an export.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExportOptions {
     /// pcapng only: added to every corrected time to make it an absolute (Unix epoch) time, as
     /// pcapng readers expect; e.g. the reference trace's `start_realtime_ns −
     /// start_monotonic_ns`. 0 keeps the corrected times as they are (shown as 1970 dates).
     pub pcap_time_base_ns: i64,
+    /// pcapng only: a packet comment per event with its node, event number, original and
+    /// corrected time and matched peer (about 100 bytes per packet; default on).
+    pub pcap_comments: bool,
+}
+
+impl Default for ExportOptions {
+    fn default() -> Self {
+        ExportOptions {
+            pcap_time_base_ns: 0,
+            pcap_comments: true,
+        }
+    }
 }
 
 #[derive(thiserror::Error, Debug)]
@@ -178,6 +190,7 @@ pub struct PcapngExporter<W: Write> {
     writer: PcapNgWriter<W>,
     nodes: Vec<String>,
     time_base_ns: i64,
+    comments: bool,
 }
 
 /// pcapng `epb_flags` direction bits.
@@ -218,6 +231,7 @@ impl<W: Write> PcapngExporter<W> {
             writer,
             nodes: nodes.to_vec(),
             time_base_ns: options.pcap_time_base_ns,
+            comments: options.pcap_comments,
         })
     }
 }
@@ -239,6 +253,30 @@ impl<W: Write> EventSink for PcapngExporter<W> {
         } else {
             EPB_INBOUND
         };
+        let mut options = vec![EnhancedPacketOption::Flags(flags)];
+        if self.comments {
+            options.push(EnhancedPacketOption::Comment(Cow::Owned(
+                self.comment(e, name),
+            )));
+        }
+        self.writer.write_pcapng_block(EnhancedPacketBlock {
+            interface_id: e.node as u32,
+            timestamp: Duration::from_nanos(ns as u64),
+            original_len: packet.original_len,
+            data: Cow::Borrowed(&packet.bytes),
+            options,
+        })?;
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), ExportError> {
+        self.writer.get_mut().flush()?;
+        Ok(())
+    }
+}
+
+impl<W: Write> PcapngExporter<W> {
+    fn comment(&self, e: &ExportEvent<'_>, name: &str) -> String {
         let mut comment = format!(
             "tsync: {} event {} of {}, original {} ns, corrected {} ns",
             direction_name(e.event.direction),
@@ -251,22 +289,7 @@ impl<W: Write> EventSink for PcapngExporter<W> {
             let peer_name = self.nodes.get(peer.node).map_or("?", String::as_str);
             comment.push_str(&format!(", peer event {} of {}", peer.index, peer_name));
         }
-        self.writer.write_pcapng_block(EnhancedPacketBlock {
-            interface_id: e.node as u32,
-            timestamp: Duration::from_nanos(ns as u64),
-            original_len: packet.original_len,
-            data: Cow::Borrowed(&packet.bytes),
-            options: vec![
-                EnhancedPacketOption::Flags(flags),
-                EnhancedPacketOption::Comment(Cow::Owned(comment)),
-            ],
-        })?;
-        Ok(())
-    }
-
-    fn finish(&mut self) -> Result<(), ExportError> {
-        self.writer.get_mut().flush()?;
-        Ok(())
+        comment
     }
 }
 

@@ -144,6 +144,7 @@ fn write_export(path: &Path) -> Vec<(usize, u64, i64, Option<usize>)> {
     let file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     let options = ExportOptions {
         pcap_time_base_ns: TIME_BASE_NS,
+        ..ExportOptions::default()
     };
     let mut sink = exporter(ExportFormat::Pcapng, file, &nodes, &options).unwrap();
     let mut written = Vec::new();
