@@ -7,6 +7,9 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use std::hint::black_box;
 use tsync_analyze::clc::{ClcInput, ClcParams, EventRef, Message, PairLatency, correct};
 
+/// (true time, trace, Some((message id, is send))).
+type TimelineEvent = (i64, usize, Option<(usize, bool)>);
+
 /// `events` events on 8 traces, a quarter of them messages, latency 20–50 µs, and every trace
 /// running 30 µs early for 5 ms out of every 100 ms (so a few % of messages violate l_min).
 fn capture(events: usize) -> ClcInput {
@@ -25,7 +28,7 @@ fn capture(events: usize) -> ClcInput {
             t
         }
     };
-    let mut timeline: Vec<(i64, usize, Option<(usize, bool)>)> = Vec::with_capacity(events);
+    let mut timeline: Vec<TimelineEvent> = Vec::with_capacity(events);
     let mut t = 0i64;
     let mut id = 0;
     while timeline.len() < events {

@@ -756,11 +756,9 @@ mod tests {
         let out = correct(&input, &PairLatency::new(2, 0), &ClcParams::default()).unwrap();
         let c = &out.corrected[1];
         assert_eq!(out.report.corrected_explicitly, 2);
-        assert_eq!(
-            &c[..3],
-            &[0, 1000, 3000],
-            "nothing moves before the first receive"
-        );
+        // Before the first receive only its own ramp acts (Δt = 1000 over 100 µs: offsets 980
+        // and 990); the second ramp would have moved these by thousands of ns.
+        assert_eq!(&c[..3], &[980, 1990, 3000]);
         // Between the receives: the ramp from 3000 (offset 0) to 6996 (offset 13_004).
         let ramp = |x: f64| x + 13_004.0 * (x - 3000.0) / 3996.0;
         for (k, x) in [(3, 3999.0), (4, 4998.0), (5, 5997.0)] {
