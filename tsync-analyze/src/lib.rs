@@ -4,4 +4,5 @@ pub mod clc;
 pub mod eval;
 pub mod export;
 pub mod histogram;
+pub mod info;
 pub mod plot;

@@ -1,1 +1,669 @@
-//! The tsync trace file format: written by `tsync-agent`, read by `tsync-analyze` (in progress).
+//! The tsync trace file format: written by `tsync-agent`, read by `tsync-analyze`.
+//!
+//! A file is a 16-byte preamble followed by chunks:
+//!
+//! ```text
+//! preamble: magic "TSYNCTRC" (8) | version u32 | byte order u32 (0 = little-endian)
+//! chunk:    kind u32 | payload length u32 | CRC-32 of the payload u32 | record count u32
+//!           | payload | zero padding to a multiple of 8 bytes
+//! ```
+//!
+//! The first chunk is the [`Header`] (bincode 2 over serde). Then, in any order: event chunks (raw
+//! [`PacketEvent`] arrays, readable without per-record decoding), clock-sample chunks (raw
+//! [`ClockSample`] arrays), lost-event counters ([`LostCounts`], bincode) and, last, one end chunk
+//! ([`Footer`], bincode).
+//!
+//! Why chunks with a checksum: a recording that is cut short (kill -9, power loss, full disk) loses
+//! at most the chunk being written. The reader returns everything up to the last complete chunk and
+//! then reports the [`Damage`]: where it is and how many bytes it had to discard. Nothing past a
+//! damaged chunk is ever read, because a wrong length could make it read garbage as events.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::PacketEvent;
+
+/// First 8 bytes of every trace file.
+pub const MAGIC: [u8; 8] = *b"TSYNCTRC";
+/// Format version this build writes and the newest it reads.
+pub const VERSION: u32 = 1;
+/// Events per event chunk: 4096 × 80 bytes = 320 KiB, so a cut file loses at most that much.
+pub const EVENTS_PER_CHUNK: usize = 4096;
+/// Largest payload a reader accepts; a larger length field means the chunk header is corrupt.
+pub const MAX_CHUNK_PAYLOAD: u32 = 64 << 20;
+
+const PREAMBLE_LEN: usize = 16;
+const CHUNK_HEADER_LEN: usize = 16;
+const LITTLE_ENDIAN: u32 = 0;
+
+/// Kinds of chunk. Unknown kinds are skipped (after their checksum is verified), so a later
+/// version may add chunk kinds without breaking older readers.
+mod chunk_kind {
+    pub const HEADER: u32 = 1;
+    pub const EVENTS: u32 = 2;
+    pub const CLOCK_SAMPLES: u32 = 3;
+    pub const LOST: u32 = 4;
+    pub const END: u32 = 5;
+}
+
+/// Self-description of a trace: which node, which kernel, which clock, which options.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Header {
+    /// Name the user gave the node (`--node`), the hostname by default.
+    pub node: String,
+    pub hostname: String,
+    /// `/proc/sys/kernel/random/boot_id`: monotonic times are only comparable within one boot.
+    pub boot_id: String,
+    pub kernel_release: String,
+    /// Current clocksource (`tsc`, `kvm-clock`, ...): tells how trustworthy the clock is.
+    pub clocksource: String,
+    /// Interfaces of the recorded network namespace, with their addresses.
+    pub interfaces: Vec<Interface>,
+    /// CLOCK_REALTIME when recording started.
+    pub start_realtime_ns: i64,
+    /// CLOCK_MONOTONIC when recording started (after `--clock-skew`, like the events).
+    pub start_monotonic_ns: u64,
+    pub options: AgentOptions,
+}
+
+/// One network interface of the recorded node.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Interface {
+    pub ifindex: u32,
+    pub name: String,
+    pub mac: Option<[u8; 6]>,
+    /// Addresses with prefix length, e.g. `10.0.0.1/24`, `fe80::1/64`.
+    pub addresses: Vec<String>,
+}
+
+/// The options the agent ran with, recorded so a trace explains itself.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct AgentOptions {
+    pub agent_version: String,
+    pub ring_size: u64,
+    pub all_netns: bool,
+    /// Inode of the network namespace the agent filtered on (None with `--all-netns`).
+    pub netns_inode: Option<u64>,
+    pub duration_s: Option<f64>,
+    /// A known skew applied to every written timestamp, to test synchronization against the truth.
+    /// The analyzer never reads it to help itself.
+    pub clock_skew: Option<ClockSkew>,
+    pub command_line: Vec<String>,
+}
+
+/// A linear transformation of the node's clock: `t + offset_ns + t * drift_ppm * 1e-6`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
+pub struct ClockSkew {
+    pub offset_ns: i64,
+    pub drift_ppm: f64,
+}
+
+impl ClockSkew {
+    /// Applies the skew to a monotonic time in ns. The drift term is computed in f64 with the
+    /// product `t * ppm` split so that its rounding error stays below a nanosecond for any
+    /// realistic uptime; the result saturates at the bounds of `u64`.
+    pub fn apply(&self, t_ns: u64) -> u64 {
+        let drift = (t_ns as f64) * self.drift_ppm * 1e-6;
+        let skewed = t_ns as i128 + self.offset_ns as i128 + drift.round() as i128;
+        skewed.clamp(0, u64::MAX as i128) as u64
+    }
+}
+
+/// The node's clocks read back to back, so that event times (CLOCK_MONOTONIC, what
+/// `bpf_ktime_get_ns` reads) can later be mapped to the raw, un-slewed timeline, the TSC and
+/// wall-clock time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ClockSample {
+    /// CLOCK_MONOTONIC, after `--clock-skew` like the events.
+    pub monotonic_ns: u64,
+    pub monotonic_raw_ns: u64,
+    pub realtime_ns: i64,
+    /// `rdtsc` (0 where the CPU has none).
+    pub tsc: u64,
+}
+
+/// Events the kernel could not put into the ring buffer, cumulative since the start.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct LostCounts {
+    pub send: u64,
+    pub recv: u64,
+    /// Per CPU: `[send, recv]`.
+    pub per_cpu: Vec<[u64; 2]>,
+}
+
+impl LostCounts {
+    /// All lost events.
+    pub fn total(&self) -> u64 {
+        self.send + self.recv
+    }
+}
+
+/// Written last: the totals, so a reader can tell a complete file from one cut short.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Footer {
+    pub events: u64,
+    pub send_events: u64,
+    pub recv_events: u64,
+    pub lost: LostCounts,
+    pub end_realtime_ns: i64,
+    pub end_monotonic_ns: u64,
+}
+
+/// Where a file stops being readable, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// Byte offset of the first chunk that could not be read.
+    pub offset: u64,
+    /// Bytes from there to the end of the file, which were not read.
+    pub bytes_discarded: u64,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} at byte {}; {} byte(s) after it were not read",
+            self.reason, self.offset, self.bytes_discarded
+        )
+    }
+}
+
+/// What can go wrong reading or writing a trace file.
+#[derive(thiserror::Error, Debug)]
+pub enum FormatError {
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("not a tsync trace file (it does not start with \"TSYNCTRC\")")]
+    NotATrace,
+    #[error(
+        "trace file format version {found} is newer than this build supports ({supported}); \
+         upgrade tsync-analyze"
+    )]
+    FutureVersion { found: u32, supported: u32 },
+    #[error(
+        "trace file is big-endian or has an unknown byte order ({0}); tsync writes little-endian"
+    )]
+    ByteOrder(u32),
+    #[error("trace file header is unreadable: {0}")]
+    Header(String),
+    #[error("cannot encode trace metadata: {0}")]
+    Encode(String),
+}
+
+impl FormatError {
+    fn io(context: impl Into<String>, source: io::Error) -> Self {
+        FormatError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, FormatError> {
+    bincode::serde::encode_to_vec(value, bincode::config::standard())
+        .map_err(|e| FormatError::Encode(e.to_string()))
+}
+
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+        .map(|(value, _)| value)
+        .map_err(|e| e.to_string())
+}
+
+fn padding(len: usize) -> usize {
+    (8 - len % 8) % 8
+}
+
+/// True when `prefix` (the first bytes of a file) starts like a trace file.
+pub fn is_trace_file(prefix: &[u8]) -> bool {
+    prefix.starts_with(&MAGIC)
+}
+
+/// Writes a trace file chunk by chunk. Events and clock samples are buffered and go out as one
+/// chunk when [`EVENTS_PER_CHUNK`] events are pending or on [`TraceWriter::flush`].
+pub struct TraceWriter<W: Write> {
+    out: W,
+    events: Vec<PacketEvent>,
+    samples: Vec<ClockSample>,
+    events_written: u64,
+}
+
+impl TraceWriter<BufWriter<File>> {
+    /// Creates (or truncates) `path` with mode 0600, since a trace describes the node's traffic.
+    pub fn create(path: &Path, header: &Header) -> Result<Self, FormatError> {
+        let context = || format!("cannot create trace file {}", path.display());
+        let mut options = OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+            options.mode(0o600);
+            let file = options
+                .open(path)
+                .map_err(|e| FormatError::io(context(), e))?;
+            // An existing file keeps its old mode through open(); narrow it too.
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| FormatError::io(context(), e))?;
+            Self::new(BufWriter::with_capacity(1 << 20, file), header)
+        }
+        #[cfg(not(unix))]
+        {
+            let file = options
+                .open(path)
+                .map_err(|e| FormatError::io(context(), e))?;
+            Self::new(BufWriter::with_capacity(1 << 20, file), header)
+        }
+    }
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Writes the preamble and the header chunk.
+    pub fn new(mut out: W, header: &Header) -> Result<Self, FormatError> {
+        let mut preamble = [0u8; PREAMBLE_LEN];
+        preamble[..8].copy_from_slice(&MAGIC);
+        preamble[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        preamble[12..16].copy_from_slice(&LITTLE_ENDIAN.to_le_bytes());
+        out.write_all(&preamble)
+            .map_err(|e| FormatError::io("cannot write trace file preamble", e))?;
+        let mut writer = TraceWriter {
+            out,
+            events: Vec::with_capacity(EVENTS_PER_CHUNK),
+            samples: Vec::new(),
+            events_written: 0,
+        };
+        writer.write_chunk(chunk_kind::HEADER, &encode(header)?, 1)?;
+        Ok(writer)
+    }
+
+    /// Buffers one event.
+    pub fn write_event(&mut self, event: &PacketEvent) -> Result<(), FormatError> {
+        self.events.push(*event);
+        if self.events.len() >= EVENTS_PER_CHUNK {
+            self.write_pending_events()?;
+        }
+        Ok(())
+    }
+
+    /// Buffers events.
+    pub fn write_events(&mut self, events: &[PacketEvent]) -> Result<(), FormatError> {
+        let mut rest = events;
+        while !rest.is_empty() {
+            let room = EVENTS_PER_CHUNK - self.events.len();
+            let (now, later) = rest.split_at(room.min(rest.len()));
+            self.events.extend_from_slice(now);
+            if self.events.len() >= EVENTS_PER_CHUNK {
+                self.write_pending_events()?;
+            }
+            rest = later;
+        }
+        Ok(())
+    }
+
+    /// Buffers one clock sample; it goes out at the next [`flush`](Self::flush).
+    pub fn write_clock_sample(&mut self, sample: ClockSample) -> Result<(), FormatError> {
+        self.samples.push(sample);
+        Ok(())
+    }
+
+    /// Writes the cumulative lost-event counters as a chunk of their own.
+    pub fn write_lost(&mut self, lost: &LostCounts) -> Result<(), FormatError> {
+        self.write_chunk(chunk_kind::LOST, &encode(lost)?, 1)
+    }
+
+    /// Writes pending events and clock samples as chunks and flushes the output, so that what was
+    /// recorded so far survives a crash.
+    pub fn flush(&mut self) -> Result<(), FormatError> {
+        self.write_pending_events()?;
+        if !self.samples.is_empty() {
+            let samples = std::mem::take(&mut self.samples);
+            self.write_chunk(
+                chunk_kind::CLOCK_SAMPLES,
+                bytemuck::cast_slice(&samples),
+                samples.len() as u32,
+            )?;
+        }
+        self.out
+            .flush()
+            .map_err(|e| FormatError::io("cannot flush trace file", e))
+    }
+
+    /// Writes what is pending and the end chunk, and returns the output.
+    pub fn finish(mut self, footer: &Footer) -> Result<W, FormatError> {
+        self.flush()?;
+        self.write_chunk(chunk_kind::END, &encode(footer)?, 1)?;
+        self.out
+            .flush()
+            .map_err(|e| FormatError::io("cannot flush trace file", e))?;
+        Ok(self.out)
+    }
+
+    /// Events handed to the writer so far (written or pending).
+    pub fn events_written(&self) -> u64 {
+        self.events_written + self.events.len() as u64
+    }
+
+    fn write_pending_events(&mut self) -> Result<(), FormatError> {
+        if self.events.is_empty() {
+            return Ok(());
+        }
+        let events = std::mem::take(&mut self.events);
+        self.write_chunk(
+            chunk_kind::EVENTS,
+            bytemuck::cast_slice(&events),
+            events.len() as u32,
+        )?;
+        self.events_written += events.len() as u64;
+        self.events = events;
+        self.events.clear();
+        Ok(())
+    }
+
+    fn write_chunk(&mut self, kind: u32, payload: &[u8], count: u32) -> Result<(), FormatError> {
+        let len = u32::try_from(payload.len())
+            .ok()
+            .filter(|&l| l <= MAX_CHUNK_PAYLOAD)
+            .ok_or_else(|| FormatError::Encode(format!("chunk of {} bytes", payload.len())))?;
+        let mut head = [0u8; CHUNK_HEADER_LEN];
+        head[0..4].copy_from_slice(&kind.to_le_bytes());
+        head[4..8].copy_from_slice(&len.to_le_bytes());
+        head[8..12].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        head[12..16].copy_from_slice(&count.to_le_bytes());
+        let pad = [0u8; 8];
+        let context = "cannot write to trace file (is the disk full?)";
+        self.out
+            .write_all(&head)
+            .and_then(|_| self.out.write_all(payload))
+            .and_then(|_| self.out.write_all(&pad[..padding(payload.len())]))
+            .map_err(|e| FormatError::io(context, e))
+    }
+}
+
+/// Reads a trace file chunk by chunk; memory use is one chunk whatever the file's size.
+pub struct TraceReader<R: Read> {
+    input: R,
+    header: Header,
+    /// Byte offset of the next chunk.
+    offset: u64,
+    events: Vec<PacketEvent>,
+    payload: Vec<u8>,
+    samples: Vec<ClockSample>,
+    lost: LostCounts,
+    footer: Option<Footer>,
+    damage: Option<Damage>,
+    /// Bytes of the current chunk read so far (counted as discarded if it turns out damaged).
+    consumed_in_chunk: u64,
+    done: bool,
+}
+
+impl TraceReader<BufReader<File>> {
+    /// Opens a trace file and reads its header.
+    pub fn open(path: &Path) -> Result<Self, FormatError> {
+        let file = File::open(path)
+            .map_err(|e| FormatError::io(format!("cannot open {}", path.display()), e))?;
+        Self::new(BufReader::with_capacity(1 << 20, file))
+    }
+}
+
+/// How a chunk read ended, short of a good chunk.
+enum ChunkProblem {
+    /// Clean end of file at a chunk boundary.
+    End,
+    /// The chunk is cut short or corrupt.
+    Damaged(String),
+    Io(io::Error),
+}
+
+impl<R: Read> TraceReader<R> {
+    /// Reads the preamble and the header chunk.
+    pub fn new(mut input: R) -> Result<Self, FormatError> {
+        let mut preamble = [0u8; PREAMBLE_LEN];
+        match read_full(&mut input, &mut preamble) {
+            Ok(n) if n >= 8 && !is_trace_file(&preamble) => return Err(FormatError::NotATrace),
+            Ok(n) if n < 8 => return Err(FormatError::NotATrace),
+            Ok(n) if n < PREAMBLE_LEN => {
+                return Err(FormatError::Header("file ends inside the preamble".into()));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(FormatError::io("cannot read trace file", e)),
+        }
+        let version = u32::from_le_bytes(preamble[8..12].try_into().unwrap());
+        if version > VERSION {
+            return Err(FormatError::FutureVersion {
+                found: version,
+                supported: VERSION,
+            });
+        }
+        if version == 0 {
+            return Err(FormatError::Header(
+                "format version 0 does not exist".into(),
+            ));
+        }
+        let order = u32::from_le_bytes(preamble[12..16].try_into().unwrap());
+        if order != LITTLE_ENDIAN {
+            return Err(FormatError::ByteOrder(order));
+        }
+        let mut reader = TraceReader {
+            input,
+            header: Header::default(),
+            offset: PREAMBLE_LEN as u64,
+            events: Vec::new(),
+            payload: Vec::new(),
+            samples: Vec::new(),
+            lost: LostCounts::default(),
+            footer: None,
+            damage: None,
+            consumed_in_chunk: 0,
+            done: false,
+        };
+        reader.header = reader.read_header_chunk()?;
+        Ok(reader)
+    }
+
+    /// The trace's self-description.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The next chunk of events, in file order. Clock samples, lost counters and the footer met on
+    /// the way are kept by the reader. `Ok(None)` at the end of the file, and also at the first
+    /// damaged chunk: then [`damage`](Self::damage) says what was cut.
+    pub fn next_events(&mut self) -> Result<Option<&[PacketEvent]>, FormatError> {
+        while !self.done {
+            let chunk_start = self.offset;
+            let (kind, count) = match self.read_chunk_into_payload() {
+                Ok(chunk) => chunk,
+                Err(ChunkProblem::End) => {
+                    if self.footer.is_none() {
+                        self.damage = Some(Damage {
+                            offset: self.offset,
+                            bytes_discarded: 0,
+                            reason: "file ends without its end chunk (the recording was cut \
+                                     short; everything before is intact)"
+                                .into(),
+                        });
+                    }
+                    self.done = true;
+                    break;
+                }
+                Err(ChunkProblem::Damaged(reason)) => {
+                    self.mark_damaged(reason)?;
+                    break;
+                }
+                Err(ChunkProblem::Io(e)) => {
+                    return Err(FormatError::io("cannot read trace file", e));
+                }
+            };
+            if let Some(problem) = self.take_chunk(kind, count) {
+                // The chunk was read whole but makes no sense: it counts as discarded.
+                self.consumed_in_chunk = self.offset - chunk_start;
+                self.offset = chunk_start;
+                self.mark_damaged(problem)?;
+                break;
+            }
+            if kind == chunk_kind::EVENTS {
+                return Ok(Some(&self.events));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Clock samples read so far (all of them once [`next_events`](Self::next_events) returned
+    /// `None`).
+    pub fn clock_samples(&self) -> &[ClockSample] {
+        &self.samples
+    }
+
+    /// The latest cumulative lost-event counters read so far.
+    pub fn lost(&self) -> &LostCounts {
+        &self.lost
+    }
+
+    /// The end chunk; `None` while not reached, or if the file was cut short before it.
+    pub fn footer(&self) -> Option<&Footer> {
+        self.footer.as_ref()
+    }
+
+    /// What could not be read, once the reader reached it.
+    pub fn damage(&self) -> Option<&Damage> {
+        self.damage.as_ref()
+    }
+
+    fn read_header_chunk(&mut self) -> Result<Header, FormatError> {
+        match self.read_chunk_into_payload() {
+            Ok((chunk_kind::HEADER, _)) => decode(&self.payload).map_err(FormatError::Header),
+            Ok((kind, _)) => Err(FormatError::Header(format!(
+                "first chunk is of kind {kind}, not a header"
+            ))),
+            Err(ChunkProblem::End) => {
+                Err(FormatError::Header("file ends after the preamble".into()))
+            }
+            Err(ChunkProblem::Damaged(reason)) => Err(FormatError::Header(reason)),
+            Err(ChunkProblem::Io(e)) => Err(FormatError::io("cannot read trace file", e)),
+        }
+    }
+
+    /// Decodes the chunk in `self.payload`; returns a reason if it does not make sense.
+    fn take_chunk(&mut self, kind: u32, count: u32) -> Option<String> {
+        match kind {
+            chunk_kind::EVENTS => {
+                self.events.clear();
+                return append_records(&self.payload, count, &mut self.events, "event");
+            }
+            chunk_kind::CLOCK_SAMPLES => {
+                return append_records(&self.payload, count, &mut self.samples, "clock-sample");
+            }
+            chunk_kind::LOST => match decode(&self.payload) {
+                Ok(lost) => self.lost = lost,
+                Err(e) => return Some(format!("lost-event chunk is unreadable: {e}")),
+            },
+            chunk_kind::END => match decode::<Footer>(&self.payload) {
+                Ok(footer) => {
+                    self.lost = footer.lost.clone();
+                    self.footer = Some(footer);
+                }
+                Err(e) => return Some(format!("end chunk is unreadable: {e}")),
+            },
+            chunk_kind::HEADER => return Some("a second header chunk".into()),
+            _ => {} // A chunk kind from a later version: skipped, its checksum was fine.
+        }
+        None
+    }
+
+    /// Records the damage at the current offset, counting the bytes left unread.
+    fn mark_damaged(&mut self, reason: String) -> Result<(), FormatError> {
+        let rest = io::copy(&mut self.input, &mut io::sink())
+            .map_err(|e| FormatError::io("cannot read trace file", e))?;
+        self.damage = Some(Damage {
+            offset: self.offset,
+            bytes_discarded: self.consumed_in_chunk + rest,
+            reason,
+        });
+        self.done = true;
+        Ok(())
+    }
+
+    /// Reads the next chunk's payload into `self.payload` after checking its length and checksum;
+    /// returns its kind and record count.
+    fn read_chunk_into_payload(&mut self) -> Result<(u32, u32), ChunkProblem> {
+        self.consumed_in_chunk = 0;
+        let mut head = [0u8; CHUNK_HEADER_LEN];
+        let n = read_full(&mut self.input, &mut head).map_err(ChunkProblem::Io)?;
+        self.consumed_in_chunk = n as u64;
+        if n == 0 {
+            return Err(ChunkProblem::End);
+        }
+        if n < CHUNK_HEADER_LEN {
+            return Err(ChunkProblem::Damaged(
+                "file ends inside a chunk header (cut short)".into(),
+            ));
+        }
+        let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().unwrap());
+        let (kind, len, crc, count) = (word(0), word(4), word(8), word(12));
+        if len > MAX_CHUNK_PAYLOAD {
+            return Err(ChunkProblem::Damaged(format!(
+                "corrupt chunk header (length {len} is implausible)"
+            )));
+        }
+        let padded = len as usize + padding(len as usize);
+        self.payload.resize(padded, 0);
+        let n = read_full(&mut self.input, &mut self.payload).map_err(ChunkProblem::Io)?;
+        self.consumed_in_chunk += n as u64;
+        if n < padded {
+            return Err(ChunkProblem::Damaged(format!(
+                "file ends inside a chunk ({n} of {padded} payload bytes present; cut short)"
+            )));
+        }
+        self.payload.truncate(len as usize);
+        if crc32fast::hash(&self.payload) != crc {
+            return Err(ChunkProblem::Damaged(
+                "corrupt chunk (checksum mismatch)".into(),
+            ));
+        }
+        self.offset += (CHUNK_HEADER_LEN + padded) as u64;
+        self.consumed_in_chunk = 0;
+        Ok((kind, count))
+    }
+}
+
+/// Appends the `count` fixed-size records in `payload` to `records`; returns a reason if the
+/// payload does not hold exactly that many.
+fn append_records<T: bytemuck::Pod>(
+    payload: &[u8],
+    count: u32,
+    records: &mut Vec<T>,
+    what: &str,
+) -> Option<String> {
+    if payload.len() != count as usize * std::mem::size_of::<T>() {
+        return Some(format!(
+            "{what} chunk of {} bytes does not hold {count} records",
+            payload.len()
+        ));
+    }
+    let start = records.len();
+    records.resize(start + count as usize, T::zeroed());
+    bytemuck::cast_slice_mut::<T, u8>(&mut records[start..]).copy_from_slice(payload);
+    None
+}
+
+/// Reads until `buf` is full or the input ends; returns how many bytes were read.
+fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match input.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
