@@ -297,3 +297,39 @@ fn a_pair_without_messages_is_a_clear_error() {
     let err = write_pair_plots(dir.path(), &sync, None, &[PlotFormat::Svg]).unwrap_err();
     assert!(err.to_string().contains("no messages"), "{err}");
 }
+
+#[test]
+fn a_pair_with_one_direction_and_no_line_still_plots() {
+    // Only a→b traffic: no corridor, no chosen line (an `incomplete` pair).
+    let pair = synthetic_pair(200);
+    let dir = tempfile::tempdir().unwrap();
+    let sync = SyncPlot {
+        a_name: "client",
+        b_name: "server 2",
+        ab: &pair.ab,
+        ..SyncPlot::default()
+    };
+    let files = write_pair_plots(dir.path(), &sync, None, &[PlotFormat::Svg]).unwrap();
+    assert_eq!(files, vec![dir.path().join("sync-client-server_2.svg")]);
+    if let Some(keep) = std::env::var_os("TSYNC_EXAMPLE_PLOT_DIR") {
+        std::fs::copy(&files[0], Path::new(&keep).join("incomplete.svg")).unwrap();
+    }
+    let svg = std::fs::read_to_string(&files[0]).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let texts = texts_of(&doc);
+    assert!(
+        texts.iter().any(|t| t.contains("no line was chosen")),
+        "{texts:?}"
+    );
+    assert!(texts.iter().any(|t| t.contains("reference line (µs)")));
+    assert!(
+        !texts
+            .iter()
+            .any(|t| t.contains("chosen line") && !t.contains("no line"))
+    );
+    let circles = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("circle"))
+        .count();
+    assert!((95..=102).contains(&circles), "{circles}");
+}
