@@ -11,7 +11,8 @@
 //!   the events that follow are not all shifted by the full jump;
 //! - **backward amortization** (§3.2): the jump is built up gradually over an amortization interval
 //!   `L_A = Δt / ρ` before the receive, with a piecewise-linear ramp that is capped so that no send
-//!   in the window passes its own receive minus `l_min`.
+//!   in the window passes its own receive minus `l_min`. The interval stops at the previous moved
+//!   receive of the same trace, so that every event is moved by at most one ramp.
 //!
 //! The input is deliberately minimal ([`ClcInput`]): per trace, the linearly corrected event times
 //! in index order, and the messages as pairs of event references. The report
@@ -231,6 +232,8 @@ pub enum ClcError {
         before: i64,
         after: i64,
     },
+    #[error("{0} messages are more than one CLC run handles (2^32 − 1); correct in parts")]
+    TooManyMessages(usize),
     #[error("the l_min table covers {table} traces but the input has {input}")]
     LatencyTableSize { table: usize, input: usize },
     #[error("invalid CLC parameter: {0} (γ must be in (0, 1], δ ≥ 0, ρ ≥ 0 and finite)")]
@@ -306,8 +309,8 @@ struct Jump {
 /// Runs the controlled logical clock over all traces and reports what it changed.
 ///
 /// The result satisfies `t_recv ≥ t_send + l_min(from, to)` for every message, never moves a
-/// timestamp backward and keeps every trace's order (`corrected[i]` is non-decreasing where the
-/// input was). Errors name the message or event that makes the input unusable.
+/// timestamp backward and keeps every trace's order (`corrected[i]` is non-decreasing, like the
+/// input must be). Errors name the message or event that makes the input unusable.
 pub fn correct(
     input: &ClcInput,
     l_min: &PairLatency,
@@ -352,6 +355,9 @@ fn validate(input: &ClcInput, l_min: &PairLatency, params: &ClcParams) -> Result
     }
     if !(params.rho >= 0.0 && params.rho.is_finite()) {
         return Err(ClcError::Params(format!("ρ = {}", params.rho)));
+    }
+    if input.messages.len() > u32::MAX as usize {
+        return Err(ClcError::TooManyMessages(input.messages.len()));
     }
     if l_min.traces() != input.traces.len() {
         return Err(ClcError::LatencyTableSize {
