@@ -757,6 +757,38 @@ mod tests {
     }
 
     #[test]
+    fn jsonl_shows_udp_payload_bytes_and_ipv6_addresses() {
+        let udp = PacketEvent {
+            kind: kind::UDP4,
+            transport_protocol: IPPROTO_UDP,
+            udp_len: 8 + 3,
+            udp_data: [0xde, 0xad, 0xbe, 0, 0, 0, 0, 0],
+            ..tcp4(direction::SEND, 0)
+        };
+        let mut v6 = tcp4(direction::RECV, 1);
+        v6.kind = kind::TCP6;
+        v6.network_protocol = ETH_P_IPV6;
+        v6.saddr = [0; 16];
+        v6.saddr[0] = 0xfd;
+        v6.saddr[15] = 1;
+        let out = export(ExportFormat::Jsonl, &[udp, v6]);
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[0]["kind"], "udp4");
+        assert_eq!(lines[0]["udp_data"], "deadbe");
+        assert_eq!(lines[1]["kind"], "tcp6");
+        assert_eq!(lines[1]["saddr"], "fd00::1");
+        // The rebuilt UDP packet carries exactly the recorded payload bytes.
+        let p = rebuild_packet(&udp);
+        assert_eq!(p.bytes.len(), 20 + 8 + 3);
+        assert_eq!(&p.bytes[28..], &[0xde, 0xad, 0xbe]);
+        assert_eq!(p.original_len, 20 + 11);
+    }
+
+    #[test]
     fn csv_parses_back_and_has_a_header_even_when_empty() {
         let out = export(ExportFormat::Csv, &events());
         let mut reader = csv::Reader::from_reader(out.as_slice());
