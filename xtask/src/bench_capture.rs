@@ -211,12 +211,18 @@ impl Args {
         let mut t = String::new();
         let _ = writeln!(
             t,
-            "## Capture benchmark ({} s of iperf3 per run, {} CPUs, kernel {})\n",
+            "## Capture benchmark ({} s of iperf3 per run, {} CPUs, kernel {}, load average {})\n",
             self.duration,
             thread::available_parallelism().map_or(0, |n| n.get()),
             fs::read_to_string("/proc/sys/kernel/osrelease")
                 .unwrap_or_default()
-                .trim()
+                .trim(),
+            fs::read_to_string("/proc/loadavg")
+                .unwrap_or_default()
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
         );
         let _ = writeln!(
             t,
