@@ -433,21 +433,35 @@ impl Agent {
             o.read_to_string(&mut out)?;
         }
         ensure!(status.success(), "tsync-agent failed: {status}\n{out}");
-        let line = out
-            .lines()
-            .find(|l| l.contains(" events to "))
-            .with_context(|| format!("no summary from tsync-agent: {out}"))?;
-        let number_after = |word: &str| -> Option<u64> {
-            let words: Vec<&str> = line.split_whitespace().collect();
-            let i = words.iter().position(|w| *w == word)?;
-            words.get(i + 1)?.trim_end_matches(';').parse().ok()
-        };
-        let events = number_after("wrote").context("summary without event count")?;
-        let lost = line
-            .rsplit(';')
-            .next()
-            .and_then(|s| s.split_whitespace().next()?.parse().ok())
-            .context("summary without lost count")?;
-        Ok((events, lost))
+        parse_summary(&out).with_context(|| format!("no summary from tsync-agent: {out}"))
+    }
+}
+
+/// (events written, events lost) from the agent's summary line
+/// `tsync-agent: wrote N events to FILE in S s; L lost`.
+fn parse_summary(out: &str) -> Option<(u64, u64)> {
+    let line = out.lines().find(|l| l.contains(" events to "))?;
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let wrote = words.iter().position(|w| *w == "wrote")?;
+    let events = words.get(wrote + 1)?.parse().ok()?;
+    let lost = line
+        .rsplit(';')
+        .next()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some((events, lost))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_summary;
+
+    #[test]
+    fn reads_the_agent_summary() {
+        let out = "tsync-agent: wrote 262485 events to /x/a b.trace in 10.3 s; 17 lost\n  send ...";
+        assert_eq!(parse_summary(out), Some((262485, 17)));
+        assert_eq!(parse_summary("nothing here"), None);
     }
 }
