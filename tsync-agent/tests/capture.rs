@@ -891,3 +891,61 @@ fn bad_options_are_rejected_with_usage_errors() {
         assert!(stderr.contains(expect), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn ipv4_options_and_fragments_are_parsed() {
+    let _serial = serial();
+    require_root();
+    let link = Link::new();
+    let dir = tmpdir();
+    let file = dir.path().join("v4.trace");
+    let agent = Agent::start(Some(&link.ns[0]), &file, &[]);
+    let with_options: SocketAddr = format!("{}:5563", Link::V4[0]).parse().unwrap();
+    let fragmented: SocketAddr = format!("{}:5564", Link::V4[0]).parse().unwrap();
+    link.run_in(1, move || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        s.send_to(&[7u8; 3000], fragmented).unwrap();
+        // Four bytes of IP options (NOP, NOP, NOP, end): the header grows to ihl = 6, and the
+        // transport header no longer sits where it usually does.
+        let opts = [1u8, 1, 1, 0];
+        // SAFETY: valid socket and option buffer.
+        let rc = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_OPTIONS,
+                opts.as_ptr().cast(),
+                opts.len() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "IP_OPTIONS: {}", std::io::Error::last_os_error());
+        s.send_to(b"options!", with_options).unwrap();
+    });
+    thread::sleep(Duration::from_millis(100));
+    let (status, _, err) = agent.stop();
+    assert!(status.success(), "{err}");
+    let mut r = TraceReader::open(&file).unwrap();
+    let mut recv = Vec::new();
+    while let Some(chunk) = r.next_events().unwrap() {
+        recv.extend(
+            chunk
+                .iter()
+                .filter(|e| e.direction == direction::RECV)
+                .copied(),
+        );
+    }
+    // A 3000-byte datagram arrives in three fragments; only the first carries the UDP header.
+    let frag: Vec<_> = recv.iter().filter(|e| e.dest == 5564).collect();
+    assert_eq!(frag.len(), 1, "{frag:?}");
+    assert_eq!((frag[0].udp_len, frag[0].udp_data), (3008, [7u8; 8]));
+    assert!(
+        frag[0].tot_len <= 1500,
+        "the first fragment's length: {}",
+        frag[0].tot_len
+    );
+    let opt: Vec<_> = recv.iter().filter(|e| e.dest == 5563).collect();
+    assert_eq!(opt.len(), 1, "{opt:?}");
+    assert_eq!(opt[0].ihl, 6);
+    assert_eq!((opt[0].udp_len, &opt[0].udp_data), (16, b"options!"));
+    assert_eq!(opt[0].tot_len, 24 + 16);
+}
