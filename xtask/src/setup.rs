@@ -13,8 +13,16 @@ use anyhow::{Context as _, Result, bail};
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// The bpf-linker feature matching the LLVM major version of the nightly toolchain.
 const BPF_LINKER_LLVM_FEATURE: &str = "llvm-22";
-/// Debian packages the tests and benchmarks call (`ip`, `bpftool`, `iperf3`, `tshark`, `setpriv`).
-const DEBIAN_PACKAGES: &[&str] = &["iproute2", "bpftool", "iperf3", "tshark", "util-linux"];
+/// Debian packages the tests and benchmarks call (`ip`, `bpftool`, `iperf3`, `tshark`, `setpriv`)
+/// and the font the plots are drawn with.
+const DEBIAN_PACKAGES: &[&str] = &[
+    "iproute2",
+    "bpftool",
+    "iperf3",
+    "tshark",
+    "util-linux",
+    "fonts-dejavu-core",
+];
 
 #[derive(clap::Args)]
 pub struct Args {
