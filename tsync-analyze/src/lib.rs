@@ -25,3 +25,9 @@ pub mod sync;
 pub mod synth;
 pub mod text;
 pub mod tracefile;
+
+pub mod clc;
+pub mod eval;
+pub mod export;
+pub mod histogram;
+pub mod plot;

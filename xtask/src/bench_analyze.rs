@@ -16,39 +16,31 @@ use anyhow::{Context, Result, bail};
 use tsync_analyze::synth::Workload;
 
 #[derive(clap::Args)]
-pub struct BenchArgs {
-    #[command(subcommand)]
-    pub what: BenchWhat,
+pub struct Args {
+    /// Scale the message counts (e.g. 0.1 for a quick run).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Regenerate the inputs even if they exist.
+    #[arg(long)]
+    regenerate: bool,
 }
 
-#[derive(clap::Subcommand)]
-pub enum BenchWhat {
-    /// Throughput and peak memory of `tsync-analyze sync` on text and trace-file inputs.
-    Analyze {
-        /// Scale the message counts (e.g. 0.1 for a quick run).
-        #[arg(long, default_value_t = 1.0)]
-        scale: f64,
-        /// Regenerate the inputs even if they exist.
-        #[arg(long)]
-        regenerate: bool,
-    },
-}
-
-pub fn run(args: &BenchArgs) -> Result<()> {
-    if cfg!(debug_assertions) {
-        // Generating 10⁷ messages needs optimized code: re-run this command from a release build.
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(crate::workspace_root())
-            .args(["run", "--quiet", "--release", "-p", "xtask", "--"])
-            .args(std::env::args_os().skip(1))
-            .status()?;
-        if !status.success() {
-            bail!("the release build of the benchmark failed");
+impl Args {
+    pub fn run(self) -> Result<()> {
+        if cfg!(debug_assertions) {
+            // Generating 10⁷ messages needs optimized code: re-run this command from a release
+            // build.
+            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .current_dir(crate::workspace_root())
+                .args(["run", "--quiet", "--release", "-p", "xtask", "--"])
+                .args(std::env::args_os().skip(1))
+                .status()?;
+            if !status.success() {
+                bail!("the release build of the benchmark failed");
+            }
+            return Ok(());
         }
-        return Ok(());
-    }
-    match args.what {
-        BenchWhat::Analyze { scale, regenerate } => analyze(scale, regenerate),
+        analyze(self.scale, self.regenerate)
     }
 }
 

@@ -1,54 +1,111 @@
-//! `cargo xtask`: setup, demo, simulation and benchmarks.
-
+//! `cargo xtask`: developer tasks (setup, test, simulation, benchmarks, demo).
+//!
+//! Every task is an `Args` type (clap) with `fn run(self) -> anyhow::Result<()>`; adding a task is
+//! one line in one of the `tasks!` lists below.
 mod bench_analyze;
+mod bench_capture;
 mod demo;
 mod netns;
+mod setup;
 mod simulate;
+mod test;
 mod traffic;
 
-use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Declares a clap subcommand enum whose variants each wrap a task's `Args`, and its dispatch.
+macro_rules! tasks {
+    ($(#[$meta:meta])* enum $name:ident { $($(#[$vmeta:meta])* $variant:ident($args:ty),)* }) => {
+        $(#[$meta])*
+        #[derive(clap::Subcommand)]
+        enum $name {
+            $($(#[$vmeta])* $variant($args),)*
+        }
+
+        impl $name {
+            fn run(self) -> anyhow::Result<()> {
+                match self {
+                    $(Self::$variant(args) => args.run(),)*
+                }
+            }
+        }
+    };
+}
+
+tasks! {
+    /// The top-level tasks.
+    enum Task {
+        /// Install what building and testing need (rust-src, bpf-linker, Debian tools); idempotent.
+        Setup(setup::Args),
+        /// Run setup, then fmt check, clippy and the whole workspace's tests.
+        Test(test::Args),
+        /// Write agent-format traces of simulated nodes with known clocks, and the truth beside them.
+        Simulate(SimulateArgs),
+        /// Generate request/response and bulk TCP traffic to peers (the demo runs one per node).
+        Traffic(traffic::TrafficArgs),
+        /// Benchmarks (not timed tests).
+        #[command(subcommand)]
+        Bench(Bench),
+    }
+}
+
+tasks! {
+    /// The benchmarks.
+    enum Bench {
+        /// Analyzer throughput and peak memory on generated text and trace-file inputs.
+        Analyze(bench_analyze::Args),
+        /// Capture overhead: iperf3 between two network namespaces, with and without agents.
+        Capture(bench_capture::Args),
+    }
+}
+
+#[derive(clap::Args)]
+struct SimulateArgs {
+    #[command(flatten)]
+    config: simulate::SimConfig,
+    /// Output directory.
+    #[arg(short, long, default_value = "target/simulate")]
+    out: std::path::PathBuf,
+}
+
+impl SimulateArgs {
+    fn run(self) -> anyhow::Result<()> {
+        let truth = simulate::simulate(&self.config, &self.out)?;
+        println!(
+            "{} messages among {} nodes written to {}",
+            truth.messages,
+            truth.nodes.len(),
+            self.out.display()
+        );
+        Ok(())
+    }
+}
+
+impl traffic::TrafficArgs {
+    fn run(self) -> anyhow::Result<()> {
+        let exchanges = traffic::run(&self)?;
+        println!("{exchanges} request/response exchanges completed");
+        Ok(())
+    }
+}
 
 #[derive(Parser)]
-#[command(about = "tsync developer tasks")]
+#[command(name = "cargo xtask", about = "tsync developer tasks")]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    task: Task,
 }
 
-#[derive(Subcommand)]
-enum Command {
-    /// Write agent-format traces of simulated nodes with known clocks, and the truth beside them.
-    Simulate {
-        #[command(flatten)]
-        config: simulate::SimConfig,
-        /// Output directory.
-        #[arg(short, long, default_value = "target/simulate")]
-        out: std::path::PathBuf,
-    },
-    /// Generate request/response and bulk TCP traffic to peers (the demo runs one per node).
-    Traffic(traffic::TrafficArgs),
-    /// Benchmarks (`cargo xtask bench analyze`).
-    Bench(bench_analyze::BenchArgs),
-}
-
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
-        Command::Simulate { config, out } => {
-            let truth = simulate::simulate(&config, &out)?;
-            println!(
-                "{} messages among {} nodes written to {}",
-                truth.messages,
-                truth.nodes.len(),
-                out.display()
-            );
-        }
-        Command::Bench(args) => bench_analyze::run(&args)?,
-        Command::Traffic(args) => {
-            let exchanges = traffic::run(&args)?;
-            println!("{exchanges} request/response exchanges completed");
+fn main() -> ExitCode {
+    match Cli::parse().task.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: error: {err:#}");
+            ExitCode::FAILURE
         }
     }
-    Ok(())
 }
 
 /// The workspace's root folder (xtask lives one level below it).

@@ -31,7 +31,8 @@ pub fn check(truth: &Truth, sync: &serde_json::Value) -> anyhow::Result<Vec<Node
         let (drift, offset) = (field("drift")?, field("offset_ns")?);
         let r = t["reference"]
             .as_u64()
-            .ok_or_else(|| anyhow::anyhow!("trace {k} has no \"reference\""))? as usize;
+            .ok_or_else(|| anyhow::anyhow!("trace {k} has no \"reference\""))?
+            as usize;
         let node = &truth.nodes[k];
         let (first, last) = (node.first_ns as f64, node.last_ns as f64);
         let error = |t_k: f64| (drift * t_k + offset - truth.map(k, r, t_k)).abs();

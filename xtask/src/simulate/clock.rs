@@ -98,6 +98,12 @@ impl ClockModel {
                 drift_ppm,
             } => offset_ns + t * (1.0 + drift_ppm * 1e-6),
             ClockModel::Slewed { offset_ns, steps } => {
+                // Before the first step (T < 0, only asked for by the inverse's search) the
+                // first rate extends backwards, so the clock stays strictly increasing.
+                let (first_start, first_ppm) = steps.first().copied().unwrap_or((0.0, 0.0));
+                if t < first_start {
+                    return offset_ns + (t - first_start) * (1.0 + first_ppm * 1e-6);
+                }
                 let mut local = *offset_ns;
                 for (i, &(start, ppm)) in steps.iter().enumerate() {
                     let end = steps.get(i + 1).map_or(f64::INFINITY, |s| s.0);

@@ -1,0 +1,150 @@
+//! Loads the eBPF programs with the kernel offsets and filter set, and attaches them.
+//!
+//! Everything the kernel holds for us (programs, links, maps) is owned by [`Capture`]: dropping it,
+//! or the process exiting for any reason, detaches and frees it all.
+use anyhow::{Context as _, Result, bail};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{MapData, PerCpuArray, RingBuf},
+    programs::BtfTracePoint,
+};
+use tsync_common::format::LostCounts;
+
+use crate::{btf::Btf, offsets::KernelOffsets, privileges};
+
+/// The object file built from `tsync-ebpf` by build.rs.
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tsync"));
+
+/// The programs and the tracepoints they attach to (program name = tracepoint name).
+pub const HOOKS: [&str; 2] = ["net_dev_queue", "netif_receive_skb"];
+
+/// Loaded and attached programs with their maps.
+pub struct Capture {
+    /// Keeps programs and links alive; dropping it detaches them.
+    _ebpf: Ebpf,
+    pub events: RingBuf<MapData>,
+    lost: PerCpuArray<MapData, u64>,
+}
+
+/// What to load.
+pub struct LoadOptions {
+    pub ring_size: u32,
+    /// Network namespace inode to filter on; None records every namespace.
+    pub netns_inode: Option<u64>,
+}
+
+/// Checks the ring buffer size the kernel accepts: a power of two, a multiple of the page size.
+pub fn check_ring_size(bytes: u64) -> Result<u32, String> {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    if !bytes.is_power_of_two() || bytes < page || bytes > (1 << 31) {
+        return Err(format!(
+            "--ring-size must be a power of two between {page} and 2147483648 bytes, got {bytes}"
+        ));
+    }
+    Ok(bytes as u32)
+}
+
+impl Capture {
+    /// Loads and attaches both programs. Fails with what is missing: BTF, capabilities, kernel
+    /// support.
+    pub fn load(opts: &LoadOptions) -> Result<Self> {
+        let btf = Btf::from_kernel()?;
+        let offsets = KernelOffsets::resolve(&btf).context(
+            "this kernel's struct layout is not what tsync knows how to read (see README)",
+        )?;
+        let missing = privileges::missing_capabilities();
+        if !missing.is_empty() {
+            bail!(
+                "missing capability {}: loading eBPF tracing programs needs CAP_BPF and CAP_PERFMON \
+                 (or CAP_SYS_ADMIN); run tsync-agent as root or grant them \
+                 (e.g. setcap cap_bpf,cap_perfmon+ep tsync-agent)",
+                missing.join(" and ")
+            );
+        }
+        raise_memlock_limit();
+        let aya_btf = aya::Btf::from_sys_fs().context("cannot read the kernel BTF for aya")?;
+        // Inode numbers of namespaces are 32-bit in the kernel (ns_common.inum).
+        let netns = match opts.netns_inode {
+            Some(ino) => u32::try_from(ino)
+                .with_context(|| format!("network namespace inode {ino} does not fit 32 bits"))?,
+            None => 0,
+        };
+        let mut loader = EbpfLoader::new();
+        loader.btf(Some(&aya_btf));
+        for (name, value) in offsets.globals() {
+            loader.override_global(name, value, true);
+        }
+        // Wake the agent early when a quarter of the ring fills; otherwise it drains on a timer.
+        let wakeup_bytes = opts.ring_size / 4;
+        loader
+            .override_global("NETNS_INUM", &netns, true)
+            .override_global("WAKEUP_BYTES", &wakeup_bytes, true)
+            .map_max_entries("EVENTS", opts.ring_size);
+        let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| {
+            anyhow::Error::new(e).context("the kernel refused tsync's eBPF maps or programs")
+        })?;
+        for hook in HOOKS {
+            let prog: &mut BtfTracePoint = ebpf
+                .program_mut(hook)
+                .with_context(|| format!("program {hook} missing from the eBPF object"))?
+                .try_into()?;
+            prog.load(hook, &aya_btf)
+                .with_context(|| format!("the kernel refused the {hook} program"))?;
+            prog.attach()
+                .with_context(|| format!("cannot attach to tracepoint net:{hook}"))?;
+        }
+        let events = RingBuf::try_from(ebpf.take_map("EVENTS").context("no EVENTS map")?)?;
+        let lost = PerCpuArray::try_from(ebpf.take_map("LOST").context("no LOST map")?)?;
+        Ok(Self {
+            _ebpf: ebpf,
+            events,
+            lost,
+        })
+    }
+
+    /// The in-kernel lost counters, cumulative since loading.
+    pub fn lost(&self) -> Result<LostCounts> {
+        let send = self
+            .lost
+            .get(&0, 0)
+            .context("cannot read the lost counters")?;
+        let recv = self
+            .lost
+            .get(&1, 0)
+            .context("cannot read the lost counters")?;
+        let per_cpu: Vec<[u64; 2]> = send
+            .iter()
+            .zip(recv.iter())
+            .map(|(&s, &r)| [s, r])
+            .collect();
+        Ok(LostCounts {
+            send: per_cpu.iter().map(|c| c[0]).sum(),
+            recv: per_cpu.iter().map(|c| c[1]).sum(),
+            per_cpu,
+        })
+    }
+}
+
+/// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; lift it (best effort).
+fn raise_memlock_limit() {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: a valid rlimit struct; failure is harmless on kernels with memcg accounting.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_size_must_suit_the_kernel() {
+        assert_eq!(check_ring_size(1 << 24), Ok(1 << 24));
+        assert!(check_ring_size(1000).unwrap_err().contains("power of two"));
+        assert!(check_ring_size(1 << 40).is_err());
+        assert!(check_ring_size(0).is_err());
+    }
+}

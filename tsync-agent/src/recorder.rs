@@ -1,0 +1,242 @@
+//! The recording loop: drains the ring buffer as it fills, restores time order, applies the clock
+//! skew, writes events, clock samples and lost counters, and stops on a signal or the duration.
+use std::{
+    fs::File,
+    io::BufWriter,
+    os::fd::AsRawFd as _,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    signal::unix::{SignalKind, signal},
+    time::{MissedTickBehavior, interval},
+};
+use tsync_common::{
+    EVENT_SIZE, PacketEvent, direction,
+    format::{ClockSkew, Footer, FormatError, Header, LostCounts, TraceWriter},
+};
+
+use crate::{
+    clock, console,
+    loader::Capture,
+    progress::Progress,
+    reorder::{Reorder, WINDOW_NS},
+    summary::Summary,
+};
+
+/// Period of clock samples and lost-counter records (the contract says at most 1 s).
+const SAMPLE_PERIOD: Duration = Duration::from_millis(500);
+/// Period of ring buffer drains. The programs wake the agent only when the ring fills up (a wakeup
+/// per event would cost an interrupt per packet), so the agent mostly drains on this timer.
+const DRAIN_PERIOD: Duration = Duration::from_millis(10);
+/// Period of progress line redraws.
+const PROGRESS_PERIOD: Duration = Duration::from_millis(250);
+
+/// Describes a write error, naming a full disk when that is the cause.
+fn write_error(path: &Path, err: FormatError) -> anyhow::Error {
+    let full = matches!(&err, FormatError::Io { source, .. }
+        if source.raw_os_error() == Some(libc::ENOSPC) || source.raw_os_error() == Some(libc::EDQUOT));
+    let err = anyhow::Error::new(err);
+    if full {
+        err.context(format!(
+            "the disk holding {} is full: free space or write elsewhere (the file is readable up to its last complete chunk)",
+            path.display()
+        ))
+    } else {
+        err.context(format!("cannot write the trace file {}", path.display()))
+    }
+}
+
+/// The writer side: reorder buffer, skew, file, counters.
+struct Sink {
+    writer: TraceWriter<BufWriter<File>>,
+    path: PathBuf,
+    skew: Option<ClockSkew>,
+    reorder: Reorder,
+    batch: Vec<PacketEvent>,
+    send_events: u64,
+    recv_events: u64,
+}
+
+impl Sink {
+    /// Writes the events released up to `cutoff` (raw monotonic ns).
+    fn release(&mut self, cutoff: u64) -> Result<()> {
+        self.batch.clear();
+        self.reorder.release(cutoff, &mut self.batch);
+        for ev in &mut self.batch {
+            if ev.direction == direction::SEND {
+                self.send_events += 1;
+            } else {
+                self.recv_events += 1;
+            }
+            if let Some(skew) = &self.skew {
+                ev.ts_ns = skew.apply(ev.ts_ns);
+            }
+        }
+        self.writer
+            .write_events(&self.batch)
+            .map_err(|e| write_error(&self.path, e))
+    }
+
+    /// Writes every held-back event (at the end).
+    fn release_all(&mut self) -> Result<()> {
+        self.release(u64::MAX)
+    }
+
+    fn events(&self) -> u64 {
+        self.send_events + self.recv_events
+    }
+
+    /// Writes a clock sample and the current lost counters, and flushes, so that a file cut short
+    /// (kill -9, power loss) loses at most one sample period.
+    fn sample(&mut self, lost: &LostCounts) -> Result<()> {
+        let s = clock::sample(self.skew.as_ref());
+        self.writer
+            .write_clock_sample(s)
+            .and_then(|()| self.writer.write_lost(lost))
+            .and_then(|()| self.writer.flush())
+            .map_err(|e| write_error(&self.path, e))
+    }
+}
+
+/// Copies every event currently in the ring buffer into the reorder buffer. Returns true if the
+/// ring was drained empty (false if it stopped at `max` events to let other work run).
+fn drain(capture: &mut Capture, reorder: &mut Reorder, max: usize) -> bool {
+    for _ in 0..max {
+        let Some(item) = capture.events.next() else {
+            return true;
+        };
+        if item.len() >= EVENT_SIZE {
+            // The ring buffer only guarantees 8-byte alignment of entries; copy, do not cast.
+            reorder.push(bytemuck::pod_read_unaligned(&item[..EVENT_SIZE]));
+        }
+    }
+    false
+}
+
+/// What a recording needs besides the loaded programs.
+pub struct RecordPlan {
+    pub path: PathBuf,
+    pub header: Header,
+    pub skew: Option<ClockSkew>,
+    pub duration: Option<Duration>,
+    pub ready_message: String,
+}
+
+/// Records until SIGINT/SIGTERM or the duration, then finishes the file and returns the summary.
+pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
+    let mut sigint = signal(SignalKind::interrupt()).context("cannot install a SIGINT handler")?;
+    let mut sigterm =
+        signal(SignalKind::terminate()).context("cannot install a SIGTERM handler")?;
+    let first_sample = clock::sample(plan.skew.as_ref());
+    let writer =
+        TraceWriter::create(&plan.path, &plan.header).map_err(|e| write_error(&plan.path, e))?;
+    let mut sink = Sink {
+        writer,
+        path: plan.path.clone(),
+        skew: plan.skew,
+        reorder: Reorder::new(),
+        batch: Vec::with_capacity(1 << 16),
+        send_events: 0,
+        recv_events: 0,
+    };
+    sink.writer
+        .write_clock_sample(first_sample)
+        .map_err(|e| write_error(&plan.path, e))?;
+    let started = Instant::now();
+    let mut progress = Progress::new();
+    console::err(&plan.ready_message);
+
+    // SAFETY: the ring buffer map owns the fd and keeps it open for as long as `ring` lives:
+    // `ring` is declared after `capture` and dropped before it on every path.
+    let ring =
+        unsafe { AsyncFd::register_with_interest(capture.events.as_raw_fd(), Interest::READABLE) }
+            .context("cannot poll the ring buffer")?;
+    let mut samples = interval(SAMPLE_PERIOD);
+    samples.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut drains = interval(DRAIN_PERIOD);
+    drains.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut redraw = interval(PROGRESS_PERIOD);
+    redraw.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let deadline = tokio::time::sleep(plan.duration.unwrap_or(Duration::MAX / 4));
+    tokio::pin!(deadline);
+    let limited = plan.duration.is_some();
+    // Per wakeup, read at most this many events before looking at timers and signals again.
+    let batch_max = 1 << 16;
+
+    loop {
+        tokio::select! {
+            biased;
+            _ = sigint.recv() => break,
+            _ = sigterm.recv() => break,
+            () = &mut deadline, if limited => break,
+            guard = ring.readable() => {
+                let mut guard = guard.context("cannot poll the ring buffer")?;
+                let empty = drain(&mut capture, &mut sink.reorder, batch_max);
+                if empty {
+                    guard.clear_ready();
+                }
+                sink.release(cutoff(empty, &sink.reorder))?;
+            }
+            _ = drains.tick() => {
+                let empty = drain(&mut capture, &mut sink.reorder, batch_max);
+                sink.release(cutoff(empty, &sink.reorder))?;
+            }
+            _ = samples.tick() => {
+                let empty = drain(&mut capture, &mut sink.reorder, usize::MAX);
+                sink.release(cutoff(empty, &sink.reorder))?;
+                let lost = capture.lost()?;
+                sink.sample(&lost)?;
+            }
+            _ = redraw.tick(), if progress.visible() => {
+                let lost = capture.lost()?.total();
+                progress.update(sink.events(), lost);
+            }
+        }
+    }
+
+    // Stop: take what is left in the ring, write everything, close the file with its footer.
+    drop(ring);
+    drain(&mut capture, &mut sink.reorder, usize::MAX);
+    sink.release_all()?;
+    let lost = capture.lost()?;
+    sink.sample(&lost)?;
+    drop(capture); // detach the programs before the (possibly slow) final flush
+    progress.finish();
+    let end = clock::sample(sink.skew.as_ref());
+    let footer = Footer {
+        events: sink.events(),
+        send_events: sink.send_events,
+        recv_events: sink.recv_events,
+        lost: lost.clone(),
+        end_realtime_ns: end.realtime_ns,
+        end_monotonic_ns: end.monotonic_ns,
+    };
+    let late = sink.reorder.late();
+    let (send_events, recv_events) = (sink.send_events, sink.recv_events);
+    sink.writer
+        .finish(&footer)
+        .map_err(|e| write_error(&plan.path, e))?;
+    Ok(Summary {
+        path: plan.path,
+        seconds: started.elapsed().as_secs_f64(),
+        send_events,
+        recv_events,
+        lost,
+        late,
+    })
+}
+
+/// The newest raw timestamp that can be written now. After the ring was drained empty, every event
+/// stamped more than the window ago has been read; otherwise hold a window behind the newest read.
+fn cutoff(ring_empty: bool, reorder: &Reorder) -> u64 {
+    let base = if ring_empty {
+        clock::monotonic_ns()
+    } else {
+        reorder.newest()
+    };
+    base.saturating_sub(WINDOW_NS)
+}

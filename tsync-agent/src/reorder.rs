@@ -1,0 +1,129 @@
+//! Restores time order. The ring buffer holds events in reservation order, which differs from
+//! timestamp order by at most the few microseconds a hook runs on another CPU; holding events for a
+//! bounded window and releasing them sorted lets the agent write a time-sorted file.
+use tsync_common::PacketEvent;
+
+/// How long an event is held back before it is written (ns). Far above the hooks' run time, far
+/// below anything a user would notice.
+pub const WINDOW_NS: u64 = 50_000_000;
+
+/// Events waiting to be released in timestamp order.
+#[derive(Default)]
+pub struct Reorder {
+    pending: Vec<PacketEvent>,
+    /// Whether `pending` is known to be sorted by timestamp.
+    sorted: bool,
+    /// Newest timestamp already released.
+    released_upto: u64,
+    /// Events that arrived after newer ones had been released: written out of order.
+    late: u64,
+    /// Newest timestamp seen.
+    newest: u64,
+}
+
+impl Reorder {
+    pub fn new() -> Self {
+        Self {
+            sorted: true,
+            ..Self::default()
+        }
+    }
+
+    /// Takes one event from the ring buffer.
+    pub fn push(&mut self, ev: PacketEvent) {
+        self.newest = self.newest.max(ev.ts_ns);
+        if ev.ts_ns < self.released_upto {
+            self.late += 1;
+        }
+        if let Some(last) = self.pending.last()
+            && ev.ts_ns < last.ts_ns
+        {
+            self.sorted = false;
+        }
+        self.pending.push(ev);
+    }
+
+    /// Moves every pending event with `ts_ns <= cutoff` into `out`, oldest first.
+    pub fn release(&mut self, cutoff: u64, out: &mut Vec<PacketEvent>) {
+        if !self.sorted {
+            // Stable sort: runs of already sorted events make this close to linear.
+            self.pending.sort_by_key(|e| e.ts_ns);
+            self.sorted = true;
+        }
+        let n = self.pending.partition_point(|e| e.ts_ns <= cutoff);
+        if n == 0 {
+            return;
+        }
+        self.released_upto = self.released_upto.max(self.pending[n - 1].ts_ns);
+        out.extend(self.pending.drain(..n));
+    }
+
+    /// The newest timestamp pushed so far.
+    pub fn newest(&self) -> u64 {
+        self.newest
+    }
+
+    /// Events that came too late to be put in order (the reorder window was too short for them).
+    pub fn late(&self) -> u64 {
+        self.late
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(ts: u64) -> PacketEvent {
+        PacketEvent {
+            ts_ns: ts,
+            ..PacketEvent::default()
+        }
+    }
+
+    fn times(v: &[PacketEvent]) -> Vec<u64> {
+        v.iter().map(|e| e.ts_ns).collect()
+    }
+
+    #[test]
+    fn releases_in_time_order_up_to_the_cutoff() {
+        let mut r = Reorder::new();
+        for t in [10, 30, 20, 50, 40] {
+            r.push(ev(t));
+        }
+        let mut out = Vec::new();
+        r.release(35, &mut out);
+        assert_eq!(times(&out), [10, 20, 30]);
+        assert_eq!(r.newest(), 50);
+        r.release(u64::MAX, &mut out);
+        assert_eq!(times(&out), [10, 20, 30, 40, 50]);
+        assert_eq!(r.late(), 0);
+    }
+
+    #[test]
+    fn counts_events_older_than_what_was_released() {
+        let mut r = Reorder::new();
+        let mut out = Vec::new();
+        r.push(ev(100));
+        r.release(100, &mut out);
+        r.push(ev(90)); // arrives after 100 went out
+        r.push(ev(110));
+        r.release(u64::MAX, &mut out);
+        assert_eq!(times(&out), [100, 90, 110]);
+        assert_eq!(r.late(), 1);
+    }
+
+    #[test]
+    fn equal_timestamps_keep_arrival_order() {
+        let mut r = Reorder::new();
+        let mut a = ev(5);
+        a.cpu = 1;
+        let mut b = ev(5);
+        b.cpu = 2;
+        r.push(ev(6));
+        r.push(a);
+        r.push(b);
+        let mut out = Vec::new();
+        r.release(u64::MAX, &mut out);
+        assert_eq!(out.iter().map(|e| e.cpu).collect::<Vec<_>>(), [1, 2, 0]);
+    }
+}

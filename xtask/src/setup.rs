@@ -1,0 +1,218 @@
+//! `cargo xtask setup`: installs everything building and testing tsync needs on a fresh machine.
+//!
+//! Idempotent and fast when everything is there already: each step first checks, then acts.
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+/// The bpf-linker release the eBPF build is known to work with.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+/// The bpf-linker feature matching the LLVM major version of the nightly toolchain.
+const BPF_LINKER_LLVM_FEATURE: &str = "llvm-22";
+/// Debian packages the tests and benchmarks call (`ip`, `bpftool`, `iperf3`, `tshark`, `setpriv`)
+/// and the font the plots are drawn with.
+const DEBIAN_PACKAGES: &[&str] = &[
+    "iproute2",
+    "bpftool",
+    "iperf3",
+    "tshark",
+    "util-linux",
+    "fonts-dejavu-core",
+];
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Skip the Debian packages (e.g. on a machine without apt).
+    #[arg(long)]
+    no_apt: bool,
+}
+
+impl Args {
+    pub fn run(self) -> Result<()> {
+        run_setup(!self.no_apt)
+    }
+}
+
+/// Runs every setup step; `apt` says whether Debian packages may be installed.
+pub fn run_setup(apt: bool) -> Result<()> {
+    ensure_nightly_rust_src()?;
+    ensure_bpf_linker()?;
+    if apt {
+        ensure_debian_packages()?;
+    }
+    ensure_mounts()?;
+    eprintln!("setup: done");
+    Ok(())
+}
+
+/// Runs a command, failing with its command line if it cannot start or exits non-zero.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+/// Runs a command and returns its stdout, or `None` if it cannot start or fails.
+pub fn output(cmd: &mut Command) -> Option<String> {
+    let out = cmd.output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The eBPF crate is built with `-Z build-std=core` on nightly, which needs the nightly's sources.
+fn ensure_nightly_rust_src() -> Result<()> {
+    if output(Command::new("rustc").args(["+nightly", "--version"])).is_none() {
+        eprintln!("setup: installing the nightly toolchain");
+        run(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+        ]))?;
+    }
+    let installed = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--toolchain",
+        "nightly",
+        "--installed",
+    ]))
+    .unwrap_or_default();
+    if installed.lines().any(|l| l.trim().starts_with("rust-src")) {
+        return Ok(());
+    }
+    eprintln!("setup: adding rust-src to the nightly toolchain");
+    run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+}
+
+/// True if `bpf-linker --version` reports the pinned release.
+fn bpf_linker_ok() -> bool {
+    output(Command::new("bpf-linker").arg("--version"))
+        .is_some_and(|v| v.split_whitespace().any(|w| w == BPF_LINKER_VERSION))
+}
+
+/// Builds bpf-linker against the nightly's own libLLVM, so the linker and rustc agree on the LLVM
+/// bitcode version. The soname is looked up at run time: it changes with every LLVM bump.
+fn ensure_bpf_linker() -> Result<()> {
+    if bpf_linker_ok() {
+        return Ok(());
+    }
+    let sysroot = output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))
+        .context("cannot ask the nightly rustc for its sysroot")?;
+    let lib = Path::new(sysroot.trim()).join("lib");
+    let soname = fs::read_dir(&lib)
+        .with_context(|| format!("cannot list {}", lib.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("libLLVM.so."))
+        .with_context(|| {
+            format!(
+                "no libLLVM.so.* in {}: the nightly toolchain has no shared LLVM",
+                lib.display()
+            )
+        })?;
+    let prefix = llvm_prefix_dir()?;
+    let prefix_lib = prefix.join("lib");
+    fs::create_dir_all(&prefix_lib)
+        .with_context(|| format!("cannot create {}", prefix_lib.display()))?;
+    for link in ["libLLVM.so", soname.as_str()] {
+        let dst = prefix_lib.join(link);
+        let _ = fs::remove_file(&dst);
+        std::os::unix::fs::symlink(lib.join(&soname), &dst)
+            .with_context(|| format!("cannot link {}", dst.display()))?;
+    }
+    eprintln!("setup: building bpf-linker {BPF_LINKER_VERSION} against {soname} (about a minute)");
+    run(Command::new("cargo")
+        .env("LLVM_PREFIX", &prefix)
+        .args(["install", "--locked"])
+        .arg(format!("bpf-linker@{BPF_LINKER_VERSION}"))
+        .args([
+            "--no-default-features",
+            "--features",
+            BPF_LINKER_LLVM_FEATURE,
+        ]))?;
+    if !bpf_linker_ok() {
+        bail!(
+            "bpf-linker {BPF_LINKER_VERSION} was installed but is not on PATH (add ~/.cargo/bin)"
+        );
+    }
+    Ok(())
+}
+
+/// A directory laid out like an LLVM install prefix that points at the nightly's libLLVM.
+fn llvm_prefix_dir() -> Result<PathBuf> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .context("neither CARGO_HOME nor HOME is set")?;
+    Ok(home.join("tsync-llvm-prefix"))
+}
+
+/// True if dpkg says the package is installed.
+fn debian_package_installed(name: &str) -> bool {
+    output(Command::new("dpkg-query").args(["-W", "-f=${Status}", name]))
+        .is_some_and(|s| s.contains("install ok installed"))
+}
+
+/// Installs the missing Debian packages (one `apt-get update` first, only when something is missing).
+fn ensure_debian_packages() -> Result<()> {
+    let missing: Vec<&str> = DEBIAN_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| !debian_package_installed(p))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!(
+            "Debian packages missing: {} — run `cargo xtask setup` as root, or install them yourself",
+            missing.join(" ")
+        );
+    }
+    eprintln!("setup: installing Debian packages: {}", missing.join(" "));
+    run(Command::new("apt-get")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["update", "-q"]))?;
+    run(Command::new("apt-get")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(&missing))
+}
+
+/// True if we run with effective uid 0.
+fn is_root() -> bool {
+    output(Command::new("id").arg("-u")).is_some_and(|u| u.trim() == "0")
+}
+
+/// Mounts tracefs and the BPF filesystem where they are absent (bpftool and tracepoint listing use them).
+fn ensure_mounts() -> Result<()> {
+    let mounts = fs::read_to_string("/proc/mounts").context("cannot read /proc/mounts")?;
+    for (fstype, target) in [("tracefs", "/sys/kernel/tracing"), ("bpf", "/sys/fs/bpf")] {
+        let mounted = mounts.lines().any(|l| {
+            let mut f = l.split_whitespace();
+            let (_, dir, ty) = (f.next(), f.next(), f.next());
+            dir == Some(target) && ty == Some(fstype)
+        });
+        if mounted {
+            continue;
+        }
+        if !is_root() {
+            eprintln!("setup: note: {fstype} is not mounted on {target} (needs root)");
+            continue;
+        }
+        eprintln!("setup: mounting {fstype} on {target}");
+        run(Command::new("mount").args(["-t", fstype, fstype, target]))?;
+    }
+    Ok(())
+}

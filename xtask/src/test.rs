@@ -1,0 +1,40 @@
+//! `cargo xtask test`: the project's test command (README, CI): setup, fmt, clippy, tests.
+use std::process::Command;
+
+use anyhow::Result;
+
+use crate::setup::{run, run_setup};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Do not run setup first.
+    #[arg(long)]
+    no_setup: bool,
+    /// Extra arguments passed to `cargo test` (after `--`).
+    #[arg(last = true)]
+    test_args: Vec<String>,
+}
+
+impl Args {
+    pub fn run(self) -> Result<()> {
+        if !self.no_setup {
+            run_setup(true)?;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        eprintln!("test: cargo fmt --all --check");
+        run(Command::new(&cargo).args(["fmt", "--all", "--check"]))?;
+        eprintln!("test: cargo clippy --workspace --all-targets -- -D warnings");
+        run(Command::new(&cargo).args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+        eprintln!("test: cargo test --workspace");
+        run(Command::new(&cargo)
+            .args(["test", "--workspace"])
+            .args(&self.test_args))
+    }
+}
