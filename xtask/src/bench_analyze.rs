@@ -162,13 +162,8 @@ fn analyze(scale: f64, regenerate: bool) -> Result<()> {
     let bin = root.join("target/release/tsync-analyze");
     let base = root.join("target/bench/analyze");
     let n = |m: f64| ((m * scale).round() as u64).max(1000);
-    let sets = [
-        ("2 traces, 10⁷ messages", 2, n(1e7)),
-        ("16 traces, 10⁶ messages", 16, n(1e6)),
-        ("2 traces, 10⁶ messages", 2, n(1e6)),
-    ]
-    .map(|(name, traces, messages)| Dataset {
-        name: name.to_string(),
+    let sets = [(2, n(1e7)), (16, n(1e6)), (2, n(1e6))].map(|(traces, messages)| Dataset {
+        name: format!("{traces} traces, {messages} messages"),
         traces,
         messages,
         dir: base.join(format!("t{traces}-m{messages}")),
