@@ -15,6 +15,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use rand::{Rng, SeedableRng};
+use tsync_analyze::input::InputSet;
+use tsync_analyze::matching::MatchOptions;
+use tsync_analyze::message::{MatchedMessage, MessageSink};
+use tsync_analyze::sync::{Algorithm, SyncOptions, SyncResult};
 use tsync_common::format::ClockSkew;
 
 use crate::netns::Lab;
@@ -220,4 +224,322 @@ pub fn record(args: &DemoArgs, skews: &[ClockSkew], out: &Path) -> anyhow::Resul
     Ok((0..args.nodes)
         .map(|k| out.join(format!("node-{k}.tsync")))
         .collect())
+}
+
+/// What the demo found for one node, against the truth.
+pub struct NodeCheck {
+    pub node: String,
+    pub injected: ClockSkew,
+    /// The node's skew as recovered from its map onto node 0.
+    pub recovered_offset_ns: f64,
+    pub recovered_ppm: f64,
+    pub quality: String,
+    /// Estimated minus true time on the node's clock at the middle of the pair's span (ns).
+    pub mid_error_ns: f64,
+    /// The guaranteed interval at that time, relative to the truth (ns): (lo − truth, hi − truth).
+    pub interval: Option<(f64, f64)>,
+}
+
+impl NodeCheck {
+    /// True when the truth lies inside the reported interval (1 ns of slack for the rounding of
+    /// written timestamps to whole nanoseconds).
+    pub fn truth_inside(&self) -> bool {
+        self.interval
+            .is_some_and(|(lo, hi)| lo <= 1.0 && hi >= -1.0)
+    }
+}
+
+/// Counts matched messages received before they were sent once every trace is mapped onto its
+/// reference.
+struct InversionCounter<'a> {
+    sync: &'a SyncResult,
+    messages: u64,
+    inversions: u64,
+}
+
+impl MessageSink for InversionCounter<'_> {
+    fn message(&mut self, m: &MatchedMessage<'_>) {
+        let msg = &m.message;
+        let send = self.sync.to_reference(msg.send_trace, msg.send_ns);
+        let recv = self.sync.to_reference(msg.recv_trace, msg.recv_ns);
+        self.messages += 1;
+        self.inversions += u64::from(recv < send);
+    }
+
+    fn wants_events(&self) -> bool {
+        false
+    }
+}
+
+/// Synchronizes the traces with node 0 as reference and checks every node against its skew.
+pub fn analyze(
+    files: &[PathBuf],
+    skews: &[ClockSkew],
+) -> anyhow::Result<(SyncResult, Vec<NodeCheck>, u64)> {
+    let inputs = InputSet::open(files)?;
+    let options = SyncOptions {
+        algorithm: Algorithm::Chull,
+        reference: Some("node-0".into()),
+        matching: MatchOptions::default(),
+        linreg_filter_z: None,
+    };
+    let sync = tsync_analyze::sync::run(&inputs, &options, &mut |_| {})?;
+    let mut checks = Vec::new();
+    for (k, skew) in skews.iter().enumerate().skip(1) {
+        checks.push(check_node(&sync, k, *skew)?);
+    }
+    let mut counter = InversionCounter {
+        sync: &sync,
+        messages: 0,
+        inversions: 0,
+    };
+    inputs.for_each_message(&MatchOptions::default(), &mut counter, &mut |_| {})?;
+    let inversions = counter.inversions;
+    Ok((sync, checks, inversions))
+}
+
+/// Compares pair (node 0, node k) with the truth `t_k = skew(t_0)`.
+fn check_node(sync: &SyncResult, k: usize, skew: ClockSkew) -> anyhow::Result<NodeCheck> {
+    let pair = sync
+        .pair(0, k as u32)
+        .ok_or_else(|| anyhow::anyhow!("no pair between node-0 and node-{k}"))?;
+    let trace = &sync.traces[k];
+    // Trace k onto node 0: t_0 = drift·t_k + offset, so t_k = (t_0 − offset) / drift.
+    let (drift, offset) = (trace.map.drift, trace.map.offset_ns);
+    let truth = |t0: f64| t0 + skew.offset_ns as f64 + t0 * skew.drift_ppm * 1e-6;
+    let (mid_error_ns, interval) = match (pair.span, pair.estimate) {
+        (Some((start, end)), Some(estimate)) => {
+            let mid = start + (end - start) / 2;
+            let t = truth(mid as f64);
+            let interval = pair
+                .accuracy
+                .as_ref()
+                .and_then(|curve| curve.at(mid))
+                .map(|(lo, hi)| (lo - t, hi - t));
+            (estimate.apply(mid as f64) - t, interval)
+        }
+        _ => (f64::NAN, None),
+    };
+    Ok(NodeCheck {
+        node: trace.name.clone(),
+        injected: skew,
+        recovered_offset_ns: -offset / drift,
+        recovered_ppm: (1.0 / drift - 1.0) * 1e6,
+        quality: pair.quality.as_str().to_owned(),
+        mid_error_ns,
+        interval,
+    })
+}
+
+/// The per-node table the demo prints.
+pub fn table(checks: &[NodeCheck]) -> String {
+    let mut out = String::from(
+        "| node | injected offset (ns) | recovered offset (ns) | injected drift (ppm) | \
+         recovered drift (ppm) | quality | error at middle (µs) | guaranteed interval around truth (µs) | truth inside |\n\
+         |---|---:|---:|---:|---:|---|---:|---|---|\n",
+    );
+    for c in checks {
+        let interval = c.interval.map_or("none".to_owned(), |(lo, hi)| {
+            format!("[{:+.3}, {:+.3}]", lo * 1e-3, hi * 1e-3)
+        });
+        out.push_str(&format!(
+            "| {} | {} | {:.1} | {:.3} | {:.4} | {} | {:+.3} | {} | {} |\n",
+            c.node,
+            c.injected.offset_ns,
+            c.recovered_offset_ns,
+            c.injected.drift_ppm,
+            c.recovered_ppm,
+            c.quality,
+            c.mid_error_ns * 1e-3,
+            interval,
+            if c.truth_inside() { "yes" } else { "NO" }
+        ));
+    }
+    out
+}
+
+/// Ids of loaded BPF programs named like the agent's hooks.
+fn agent_programs() -> anyhow::Result<std::collections::BTreeSet<u32>> {
+    let out = Command::new("bpftool")
+        .args(["prog", "show"])
+        .output()
+        .context("cannot run bpftool (cargo xtask setup installs it)")?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            l.contains(" tracing ")
+                && (l.contains("name net_dev_queue ") || l.contains("name netif_receive_skb "))
+        })
+        .filter_map(|l| l.split(':').next()?.trim().parse().ok())
+        .collect())
+}
+
+/// Waits (up to 10 s: the kernel frees programs asynchronously) until no agent program beyond
+/// `before` is loaded; returns those still there.
+fn wait_programs_gone(before: &std::collections::BTreeSet<u32>) -> anyhow::Result<Vec<u32>> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<u32> = agent_programs()?.difference(before).copied().collect();
+        if left.is_empty() || Instant::now() > deadline {
+            return Ok(left);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+impl DemoArgs {
+    pub fn run(self) -> anyhow::Result<()> {
+        // Ctrl-C reaches the agents and traffic generators too (same process group): they stop,
+        // the run fails over, and the guards tear everything down. The demo itself must survive
+        // the signal to do that.
+        ctrlc::set_handler(|| eprintln!("interrupted: stopping and cleaning up"))
+            .context("cannot install the Ctrl-C handler")?;
+        anyhow::ensure!(self.nodes >= 2, "the demo needs at least 2 nodes");
+        crate::setup::run_setup(true)?;
+        build()?;
+        let seed = self.seed.unwrap_or_else(rand::random);
+        let out = self
+            .out
+            .clone()
+            .unwrap_or_else(|| crate::workspace_root().join(format!("target/demo/{seed}")));
+        std::fs::create_dir_all(&out)
+            .with_context(|| format!("cannot create {}", out.display()))?;
+        let skews = skews(self.nodes, seed);
+        eprintln!("demo: seed {seed}, output in {}", out.display());
+        let programs_before = agent_programs()?;
+        let files = record(&self, &skews, &out)?;
+        let left = wait_programs_gone(&programs_before)?;
+        anyhow::ensure!(
+            left.is_empty(),
+            "BPF programs left loaded after the agents exited: {left:?}"
+        );
+        let (sync, checks, inversions) = analyze(&files, &skews)?;
+        let json = serde_json::to_string_pretty(&tsync_analyze::report::to_json(&sync))?;
+        std::fs::write(out.join("sync.json"), json + "\n")?;
+        artifacts(&files, &out)?;
+        let report = summary(&self, seed, &out, &sync, &checks, inversions);
+        std::fs::write(out.join("report.md"), &report)?;
+        println!("{report}");
+        verdict(&self, &sync, &checks, inversions)
+    }
+}
+
+/// Plots and a pcapng export of the corrected timeline, made by the analyzer's own commands.
+fn artifacts(files: &[PathBuf], out: &Path) -> anyhow::Result<()> {
+    let analyzer = release_binary("tsync-analyze");
+    let runs: [(&str, Vec<std::ffi::OsString>); 2] = [
+        (
+            "plots",
+            vec![
+                "sync".into(),
+                "--reference".into(),
+                "node-0".into(),
+                "--plot".into(),
+                out.join("plots").into(),
+            ],
+        ),
+        (
+            "pcapng export",
+            vec![
+                "export".into(),
+                "--format".into(),
+                "pcapng".into(),
+                "-o".into(),
+                out.join("timeline.pcapng").into(),
+            ],
+        ),
+    ];
+    for (what, args) in runs {
+        let output = Command::new(&analyzer)
+            .args(args)
+            .args(files)
+            .output()
+            .with_context(|| format!("cannot run {}", analyzer.display()))?;
+        if !output.status.success() {
+            bail!(
+                "{what} failed: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The demo's report: setup, the per-node table, and the global checks.
+fn summary(
+    args: &DemoArgs,
+    seed: u64,
+    out: &Path,
+    sync: &SyncResult,
+    checks: &[NodeCheck],
+    inversions: u64,
+) -> String {
+    let pairs: Vec<String> = sync
+        .pairs
+        .iter()
+        .map(|p| {
+            format!(
+                "{}–{} {} ({} + {} messages)",
+                sync.traces[p.a as usize].name,
+                sync.traces[p.b as usize].name,
+                p.quality.as_str(),
+                p.messages_ab,
+                p.messages_ba
+            )
+        })
+        .collect();
+    format!(
+        "tsync demo: {} nodes, {} s of TCP traffic, seed {seed}\n\n{}\npairs: {}\n\
+         matched messages: {}; inversions after correction: {inversions}\n\
+         output: {} (traces, sync.json, plots/, timeline.pcapng, report.md)\n",
+        args.nodes,
+        args.duration,
+        table(checks),
+        pairs.join("; "),
+        sync.matching.matched,
+        out.display()
+    )
+}
+
+/// Fails unless the truth lies inside every interval, every pair is accurate, the error is
+/// within bounds and nothing is inverted.
+fn verdict(
+    args: &DemoArgs,
+    sync: &SyncResult,
+    checks: &[NodeCheck],
+    inversions: u64,
+) -> anyhow::Result<()> {
+    let mut failures = Vec::new();
+    for c in checks {
+        if !c.truth_inside() {
+            failures.push(format!("{}: truth outside the reported interval", c.node));
+        }
+        if c.mid_error_ns.is_nan() || c.mid_error_ns.abs() > args.max_error_us * 1e3 {
+            failures.push(format!(
+                "{}: error {:.3} µs exceeds {} µs",
+                c.node,
+                c.mid_error_ns * 1e-3,
+                args.max_error_us
+            ));
+        }
+    }
+    for p in &sync.pairs {
+        if p.quality.as_str() != "accurate" {
+            failures.push(format!("pair {}–{} is {}", p.a, p.b, p.quality.as_str()));
+        }
+    }
+    if inversions > 0 {
+        failures.push(format!("{inversions} messages inverted after correction"));
+    }
+    let checked = checks.len() * 2 + sync.pairs.len() + 1;
+    println!(
+        "demo: {} passed, {} failed",
+        checked - failures.len(),
+        failures.len()
+    );
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        bail!("the demo's checks failed:\n  {}", failures.join("\n  "))
+    }
 }

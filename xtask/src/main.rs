@@ -45,6 +45,9 @@ tasks! {
         Simulate(SimulateArgs),
         /// Generate request/response and bulk TCP traffic to peers (the demo runs one per node).
         Traffic(traffic::TrafficArgs),
+        /// End-to-end demo: nodes in network namespaces with known clock skews, real TCP traffic,
+        /// agents, analyzer, and every figure checked against the truth.
+        Demo(demo::DemoArgs),
         /// Benchmarks (not timed tests).
         #[command(subcommand)]
         Bench(Bench),
