@@ -31,3 +31,6 @@ pub mod eval;
 pub mod export;
 pub mod histogram;
 pub mod plot;
+
+pub mod figures;
+pub mod timeline;
