@@ -547,28 +547,42 @@ impl Timeline {
     }
 
     /// A time base that makes corrected times absolute for pcapng: the realtime − monotonic
-    /// offset of the first trace's reference (trace files), or, for text inputs, whole seconds
-    /// enough to keep every synthesized event at or after 1970.
-    pub fn pcap_time_base_ns(&self) -> i64 {
-        let Some(first) = self.sync.traces.first() else {
-            return 0;
-        };
-        let reference = &self.inputs.traces[first.reference as usize];
-        if let Some(h) = &reference.header {
-            return h.start_realtime_ns.wrapping_sub(h.start_monotonic_ns as i64);
+    /// offset of the first trace's reference (trace files). Where there is none (text inputs),
+    /// or where it would still put an event before 1970 (a header without a usable realtime
+    /// start), whole seconds enough to keep the earliest event at or after 1970 — pcapng cannot
+    /// store earlier times.
+    pub fn pcap_time_base_ns(&self) -> Result<i64, TimelineError> {
+        let earliest = self.earliest_linear_ns()?;
+        let from_header = self.sync.traces.first().and_then(|first| {
+            let h = self.inputs.traces[first.reference as usize].header.as_ref()?;
+            Some(h.start_realtime_ns.wrapping_sub(h.start_monotonic_ns as i64))
+        });
+        let base = from_header.unwrap_or(0);
+        if earliest.saturating_add(base) >= 0 {
+            return Ok(base);
         }
-        let earliest = (0..self.traces())
-            .filter_map(|t| {
-                let first = self.synthetic[t].as_ref()?.first()?;
-                Some(self.linear(t, first.event.ts_ns as i64))
-            })
-            .min()
-            .unwrap_or(0);
-        if earliest >= 0 {
-            0
-        } else {
-            (earliest.unsigned_abs().div_ceil(1_000_000_000) * 1_000_000_000) as i64
+        Ok((earliest.unsigned_abs().div_ceil(1_000_000_000) * 1_000_000_000) as i64)
+    }
+
+    /// The earliest linearly corrected event time: each trace's first event (traces are in
+    /// time order, the maps increasing, and the CLC only moves times forward).
+    fn earliest_linear_ns(&self) -> Result<i64, TimelineError> {
+        let mut earliest = i64::MAX;
+        for trace in 0..self.traces() {
+            let first = match &self.synthetic[trace] {
+                Some(events) => events.first().map(|e| e.event.ts_ns),
+                None => {
+                    let path = self.source_path(trace);
+                    let mut reader = open_trace(path)?;
+                    next_chunk(&mut reader, path)?
+                        .and_then(|c| c.iter().find(|e| usable(e)).map(|e| e.ts_ns))
+                }
+            };
+            if let Some(t) = first {
+                earliest = earliest.min(self.linear(trace, t as i64));
+            }
         }
+        Ok(if earliest == i64::MAX { 0 } else { earliest })
     }
 
     /// Streams every event, merged by corrected time, to `sink`. `corrected` are the CLC's

@@ -6,8 +6,8 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use tsync_analyze::export::{ExportFormat, ExportOptions, exporter};
-use tsync_analyze::timeline::{ExportSummary, Timeline, TimelineOptions};
+use tsync_analyze::export::{ExportError, ExportFormat, ExportOptions, exporter};
+use tsync_analyze::timeline::{ExportSummary, Timeline, TimelineError, TimelineOptions};
 
 use super::{ClcArgs, CmdResult, SyncArgs};
 
@@ -76,7 +76,11 @@ pub fn run(a: ExportCmd) -> CmdResult {
     super::print_warnings(&timeline);
     let summary = if a.output == Path::new("-") {
         let out = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-        write(&timeline, corrected.as_deref(), &a, out)
+        match write(&timeline, corrected.as_deref(), &a, out) {
+            // The reader (`| head`) has seen enough.
+            Err(WriteError::ClosedPipe) => return Ok(()),
+            other => other,
+        }
     } else {
         let file = File::create(&a.output)
             .map_err(|e| format!("cannot create {}: {e}", a.output.display()))?;
@@ -86,7 +90,8 @@ pub fn run(a: ExportCmd) -> CmdResult {
             let _ = std::fs::remove_file(&a.output);
         }
         result
-    }?;
+    }
+    .map_err(|e| e.to_string())?;
     eprintln!(
         "tsync-analyze: exported {} events ({} with a matched peer) to {}{}",
         summary.events,
@@ -104,19 +109,44 @@ pub fn run(a: ExportCmd) -> CmdResult {
     Ok(())
 }
 
+/// Why writing the export stopped.
+enum WriteError {
+    /// stdout was closed by its reader.
+    ClosedPipe,
+    Failed(String),
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::ClosedPipe => f.write_str("the output was closed"),
+            WriteError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
 fn write<W: Write>(
     timeline: &Timeline,
     corrected: Option<&[Vec<i64>]>,
     a: &ExportCmd,
     out: W,
-) -> Result<ExportSummary, String> {
+) -> Result<ExportSummary, WriteError> {
+    let failed = |e: &dyn std::fmt::Display| {
+        WriteError::Failed(format!("export to {} failed: {e}", a.output.display()))
+    };
     let nodes: Vec<String> = timeline.inputs.traces.iter().map(|t| t.name.clone()).collect();
     let options = ExportOptions {
-        pcap_time_base_ns: timeline.pcap_time_base_ns(),
+        pcap_time_base_ns: timeline.pcap_time_base_ns().map_err(|e| failed(&e))?,
         pcap_comments: !a.no_comments,
     };
-    let mut sink = exporter(a.format.format(), out, &nodes, &options).map_err(|e| e.to_string())?;
-    timeline
-        .export(corrected, sink.as_mut())
-        .map_err(|e| format!("export to {} failed: {e}", a.output.display()))
+    let mut sink = exporter(a.format.format(), out, &nodes, &options).map_err(|e| failed(&e))?;
+    match timeline.export(corrected, sink.as_mut()) {
+        Ok(summary) => Ok(summary),
+        Err(TimelineError::Export(ExportError::Io(e)))
+            if e.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            Err(WriteError::ClosedPipe)
+        }
+        Err(e) => Err(failed(&e)),
+    }
 }
