@@ -12,9 +12,7 @@ use std::path::{Path, PathBuf};
 
 use crate::eval::{AccuracyPoint, EvalReport, PairEval};
 use crate::message::Message;
-use crate::plot::{
-    self, HistogramPlot, HistogramSeries, Line, PlotError, PlotFormat, SyncPlot,
-};
+use crate::plot::{self, HistogramPlot, HistogramSeries, Line, PlotError, PlotFormat, SyncPlot};
 use crate::sync::{LimitLine, PairResult, SyncResult};
 
 /// Points an envelope holds before it compacts itself.
@@ -51,12 +49,15 @@ impl Envelope {
         let (lo, hi) = self
             .points
             .iter()
-            .fold((i64::MAX, i64::MIN), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
+            .fold((i64::MAX, i64::MIN), |(lo, hi), p| {
+                (lo.min(p.0), hi.max(p.0))
+            });
         let width = (hi as i128 - lo as i128 + 1) as f64;
         let mut columns: Vec<Option<((i64, i64), (i64, i64))>> = vec![None; ENVELOPE_COLUMNS];
         let offset = |p: &(i64, i64)| p.1 as i128 - p.0 as i128;
         for p in &self.points {
-            let c = (((p.0 as i128 - lo as i128) as f64 / width * ENVELOPE_COLUMNS as f64) as usize)
+            let c = (((p.0 as i128 - lo as i128) as f64 / width * ENVELOPE_COLUMNS as f64)
+                as usize)
                 .min(ENVELOPE_COLUMNS - 1);
             let slot = columns[c].get_or_insert((*p, *p));
             if offset(p) < offset(&slot.0) {
@@ -165,9 +166,13 @@ pub fn write_plots(
             chosen: chosen(p),
             accuracy: &accuracy,
         };
-        let labels = [format!("{a_name} → {b_name}"), format!("{b_name} → {a_name}")];
+        let labels = [
+            format!("{a_name} → {b_name}"),
+            format!("{b_name} → {a_name}"),
+        ];
         let title = format!("Transfer times {a_name} ↔ {b_name}");
-        let histograms = eval.map(|r| histogram_plot(r, p.a as usize, p.b as usize, &title, &labels));
+        let histograms =
+            eval.map(|r| histogram_plot(r, p.a as usize, p.b as usize, &title, &labels));
         let histograms = histograms.filter(|h| !h.series.is_empty());
         written.extend(plot::write_pair_plots(
             dir,

@@ -554,8 +554,13 @@ impl Timeline {
     pub fn pcap_time_base_ns(&self) -> Result<i64, TimelineError> {
         let earliest = self.earliest_linear_ns()?;
         let from_header = self.sync.traces.first().and_then(|first| {
-            let h = self.inputs.traces[first.reference as usize].header.as_ref()?;
-            Some(h.start_realtime_ns.wrapping_sub(h.start_monotonic_ns as i64))
+            let h = self.inputs.traces[first.reference as usize]
+                .header
+                .as_ref()?;
+            Some(
+                h.start_realtime_ns
+                    .wrapping_sub(h.start_monotonic_ns as i64),
+            )
         });
         let base = from_header.unwrap_or(0);
         if earliest.saturating_add(base) >= 0 {
@@ -723,10 +728,12 @@ impl<'a> FileStream<'a> {
         self.index += 1;
         let original = event.ts_ns.min(i64::MAX as u64) as i64;
         let corrected = match self.table {
-            Some(t) => *t.get(index as usize).ok_or_else(|| TimelineError::Changed {
-                path: self.path.clone(),
-                index,
-            })?,
+            Some(t) => *t
+                .get(index as usize)
+                .ok_or_else(|| TimelineError::Changed {
+                    path: self.path.clone(),
+                    index,
+                })?,
             None => self.timeline.linear(self.trace, original),
         };
         Ok(Some(OwnedEvent {
@@ -754,4 +761,3 @@ impl Iterator for FileStream<'_> {
         item
     }
 }
-

@@ -54,7 +54,12 @@ pub fn run(a: EvalCmd) -> CmdResult {
     if let Some(dir) = &a.plot.plot {
         super::write_plots(dir, &timeline, Some(&report), &a.plot.formats())?;
     }
-    let names: Vec<&str> = timeline.inputs.traces.iter().map(|t| t.name.as_str()).collect();
+    let names: Vec<&str> = timeline
+        .inputs
+        .traces
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
     let out = if a.json {
         super::json(&report)?
     } else {

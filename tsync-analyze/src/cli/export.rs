@@ -134,7 +134,12 @@ fn write<W: Write>(
     let failed = |e: &dyn std::fmt::Display| {
         WriteError::Failed(format!("export to {} failed: {e}", a.output.display()))
     };
-    let nodes: Vec<String> = timeline.inputs.traces.iter().map(|t| t.name.clone()).collect();
+    let nodes: Vec<String> = timeline
+        .inputs
+        .traces
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
     let options = ExportOptions {
         pcap_time_base_ns: timeline.pcap_time_base_ns().map_err(|e| failed(&e))?,
         pcap_comments: !a.no_comments,

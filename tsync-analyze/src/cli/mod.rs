@@ -152,10 +152,7 @@ impl PlotArgs {
 }
 
 /// Opens the inputs and builds the timeline, with a progress bar on large inputs.
-pub fn build_timeline(
-    inputs: &[PathBuf],
-    options: &TimelineOptions,
-) -> Result<Timeline, String> {
+pub fn build_timeline(inputs: &[PathBuf], options: &TimelineOptions) -> Result<Timeline, String> {
     let inputs = InputSet::open(inputs).map_err(|e| e.to_string())?;
     let bar = progress::bar(inputs.total_bytes());
     let timeline = Timeline::build(inputs, options, &mut |n| {

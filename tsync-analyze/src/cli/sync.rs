@@ -3,8 +3,8 @@
 use clap::Args;
 use tsync_analyze::input::InputSet;
 use tsync_analyze::sync::{self, SyncOptions, SyncResult};
-use tsync_analyze::{progress, report};
 use tsync_analyze::timeline::TimelineOptions;
+use tsync_analyze::{progress, report};
 
 use super::{CmdResult, PlotArgs, SyncArgs};
 
