@@ -20,6 +20,9 @@ const ENVELOPE_CAPACITY: usize = 16_384;
 /// Time columns of a compaction (each keeps at most two points).
 const ENVELOPE_COLUMNS: usize = 2_000;
 
+/// The points with the lowest and the highest offset of one column.
+type Extremes = ((i64, i64), (i64, i64));
+
 /// A bounded subset of a point cloud `(t_a, t_b)` that keeps, per time column, the point with
 /// the lowest and the one with the highest offset `t_b − t_a`. Points may come in any order.
 #[derive(Clone, Debug, Default)]
@@ -53,7 +56,7 @@ impl Envelope {
                 (lo.min(p.0), hi.max(p.0))
             });
         let width = (hi as i128 - lo as i128 + 1) as f64;
-        let mut columns: Vec<Option<((i64, i64), (i64, i64))>> = vec![None; ENVELOPE_COLUMNS];
+        let mut columns: Vec<Option<Extremes>> = vec![None; ENVELOPE_COLUMNS];
         let offset = |p: &(i64, i64)| p.1 as i128 - p.0 as i128;
         for p in &self.points {
             let c = (((p.0 as i128 - lo as i128) as f64 / width * ENVELOPE_COLUMNS as f64)

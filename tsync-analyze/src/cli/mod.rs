@@ -115,7 +115,7 @@ impl ClcArgs {
 pub fn l_min_arg(v: Option<f64>) -> Result<Option<i64>, String> {
     match v {
         None => Ok(None),
-        Some(x) if x.is_finite() && x >= 0.0 && x < 9.2e18 => Ok(Some(x.round() as i64)),
+        Some(x) if (0.0..9.2e18).contains(&x) => Ok(Some(x.round() as i64)),
         Some(x) => Err(format!(
             "--l-min-ns {x}: must be a non-negative number of nanoseconds"
         )),
