@@ -168,6 +168,7 @@ pub fn write_plots(
             maxslope: p.maxslope.as_ref().map(line),
             chosen: chosen(p),
             accuracy: &accuracy,
+            counts: Some((p.messages_ab, p.messages_ba)),
         };
         let labels = [
             format!("{a_name} → {b_name}"),
