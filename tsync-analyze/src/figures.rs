@@ -212,3 +212,56 @@ fn histogram_plot<'a>(
         .collect();
     HistogramPlot { title, series }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_stays_bounded_and_keeps_each_columns_extremes() {
+        let mut e = Envelope::default();
+        // 10⁶ points over 1000 s; offsets cycle through 0..1000 ns, except one very low and one
+        // very high point, which must survive every compaction.
+        for k in 0..1_000_000i64 {
+            let t = k * 1_000_000;
+            let offset = match k {
+                123_456 => -50_000,
+                654_321 => 90_000,
+                _ => (k * 37) % 1000,
+            };
+            e.add((t, t + offset));
+            assert!(e.points.len() < ENVELOPE_CAPACITY);
+        }
+        let points = e.points();
+        assert!(points.windows(2).all(|w| w[0] <= w[1]), "time order");
+        assert!(points.contains(&(123_456_000_000, 123_456_000_000 - 50_000)));
+        assert!(points.contains(&(654_321_000_000, 654_321_000_000 + 90_000)));
+        // Offset 0 and 999 come once a second each (1000 of each), never two in one column of
+        // the last compaction (0.5 s wide): each is its column's extreme and must be kept.
+        let count = |o: i64| points.iter().filter(|p| p.1 - p.0 == o).count();
+        assert!(
+            count(0) >= 999 && count(999) >= 999,
+            "{} {}",
+            count(0),
+            count(999)
+        );
+    }
+
+    #[test]
+    fn samples_put_each_direction_in_the_plot_orientation() {
+        let mut s = PairSamples::new();
+        let m = |send_trace, recv_trace, send_ns, recv_ns| Message {
+            send_trace,
+            recv_trace,
+            send_ns,
+            recv_ns,
+        };
+        s.add(&m(0, 1, 10, 25));
+        s.add(&m(1, 0, 40, 31));
+        s.add(&m(2, 2, 1, 1));
+        let [ab, ba] = s.pair(0, 1).unwrap();
+        assert_eq!(ab.points(), vec![(10, 25)]);
+        assert_eq!(ba.points(), vec![(31, 40)], "(receive on a, send on b)");
+        assert!(s.pair(2, 2).is_none());
+    }
+}

@@ -761,3 +761,84 @@ impl Iterator for FileStream<'_> {
         item
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(send_trace: u32, recv_trace: u32, send_ns: i64, recv_ns: i64) -> Message {
+        Message {
+            send_trace,
+            recv_trace,
+            send_ns,
+            recv_ns,
+        }
+    }
+
+    #[test]
+    fn text_messages_become_time_ordered_tcp_events() {
+        let messages = [msg(0, 1, 100, 150), msg(1, 0, 120, 90), msg(0, 1, 90, 200)];
+        let (synthetic, refs) = synthesize_text_events(3, &messages);
+        assert!(
+            synthetic[2].is_none(),
+            "a trace without messages has no events"
+        );
+        let t0 = synthetic[0].as_ref().unwrap();
+        // Trace 0: send 90 (msg 2), receive 90 (msg 1), send 100 (msg 0): sends first at a tie.
+        let seen: Vec<(u64, u8)> = t0
+            .iter()
+            .map(|e| (e.event.ts_ns, e.event.direction))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (90, direction::SEND),
+                (90, direction::RECV),
+                (100, direction::SEND)
+            ]
+        );
+        // Per-sender sequence numbers in file order, SYN, addresses by trace.
+        assert_eq!(t0[0].event.seq, 1, "trace 0's second message");
+        assert_eq!(t0[2].event.seq, 0, "trace 0's first message");
+        assert_eq!(t0[1].event.seq, 0, "trace 1's first message");
+        assert!(t0.iter().all(|e| e.event.tcp_flags == tcp_flag::SYN));
+        assert_eq!(&t0[1].event.saddr[..4], &[10, 0, 0, 2]);
+        // The references point at the right events.
+        for (m, r) in messages.iter().zip(&refs) {
+            let send = &synthetic[r.send.trace].as_ref().unwrap()[r.send.index].event;
+            let recv = &synthetic[r.recv.trace].as_ref().unwrap()[r.recv.index].event;
+            assert_eq!(
+                (send.ts_ns as i64, send.direction),
+                (m.send_ns, direction::SEND)
+            );
+            assert_eq!(
+                (recv.ts_ns as i64, recv.direction),
+                (m.recv_ns, direction::RECV)
+            );
+            assert_eq!(send.seq, recv.seq);
+        }
+    }
+
+    #[test]
+    fn peer_cursor_finds_peers_of_increasing_indices() {
+        let p = |node, index| PeerRef { node, index };
+        let table = [(1, p(1, 7)), (4, p(2, 0)), (5, p(1, 9))];
+        let mut c = PeerCursor {
+            peers: &table,
+            pos: 0,
+        };
+        let found: Vec<Option<PeerRef>> = (0..7).map(|i| c.find(i)).collect();
+        assert_eq!(
+            found,
+            vec![
+                None,
+                Some(p(1, 7)),
+                None,
+                None,
+                Some(p(2, 0)),
+                Some(p(1, 9)),
+                None
+            ]
+        );
+    }
+}
