@@ -147,11 +147,26 @@ fn write<W: Write>(
     let mut sink = exporter(a.format.format(), out, &nodes, &options).map_err(|e| failed(&e))?;
     match timeline.export(corrected, sink.as_mut()) {
         Ok(summary) => Ok(summary),
-        Err(TimelineError::Export(ExportError::Io(e)))
-            if e.kind() == std::io::ErrorKind::BrokenPipe =>
-        {
-            Err(WriteError::ClosedPipe)
-        }
+        Err(TimelineError::Export(e)) if closed_pipe(&e) => Err(WriteError::ClosedPipe),
         Err(e) => Err(failed(&e)),
     }
+}
+
+/// Whether an export error is, at its root, the reader closing the pipe (the CSV and pcapng
+/// writers wrap the I/O error in their own).
+fn closed_pipe(e: &ExportError) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        let io = c.downcast_ref::<std::io::Error>().or_else(|| {
+            match c.downcast_ref::<csv::Error>()?.kind() {
+                csv::ErrorKind::Io(io) => Some(io),
+                _ => None,
+            }
+        });
+        if io.is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
