@@ -465,6 +465,7 @@ fn draw_sync<DB: DrawingBackend>(
         })
         .axis_desc_style(("sans-serif", 18))
         .label_style(("sans-serif", 15))
+        .y_label_formatter(&|v| format_offset_us(*v))
         .light_line_style(RGBColor(235, 235, 235))
         .bold_line_style(RGBColor(210, 210, 210))
         .draw()
@@ -737,6 +738,18 @@ fn draw_histograms<DB: DrawingBackend>(
 }
 
 /// A µs value for an axis label: "0.1", "1", "10", "1000", "1e5" style, without noise digits.
+/// An offset tick in µs: no decimals where they say nothing (LTTV's toy cases span seconds,
+/// which would otherwise read "15000000.0").
+fn format_offset_us(v: f64) -> String {
+    if v == 0.0 || v.abs() >= 10.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
 fn format_us(v: f64) -> String {
     if v >= 1e5 {
         format!("{v:.0e}")
