@@ -189,7 +189,12 @@ impl Timeline {
             exchanges: true,
             ..sync_options.matching.clone()
         };
-        let stats = inputs.for_each_message(&matching, &mut gatherer, progress)?;
+        let mut stats = inputs.for_each_message(&matching, &mut gatherer, progress)?;
+        if sync_options.algorithm != Algorithm::Linreg {
+            // The exchanges were looked for only for `l_min`: report what `sync` alone would,
+            // so that `sync --plot` prints the same document as `sync`.
+            stats.exchanges = 0;
+        }
         let names: Vec<String> = inputs.traces.iter().map(|t| t.name.clone()).collect();
         let Gatherer {
             acc,

@@ -673,6 +673,19 @@ fn plot_writes_valid_svg_for_trace_and_text_inputs() {
             "transfer-node0-node1.svg",
         ],
     );
+    let plain = ok(&args(&["sync", "--json"], &traces));
+    let with_plots = ok(&args(
+        &[
+            "sync",
+            "--json",
+            "--plot",
+            &s(&dir.path().join("p2")),
+            "--plot-format",
+            "svg",
+        ],
+        &traces,
+    ));
+    assert_eq!(plain, with_plots, "--plot does not change what sync prints");
     let text_plots = dir.path().join("text-plots");
     let p = s(&text_plots);
     let v = ok_json(&["sync", "--json", "--plot", &p, &lttv("test1.txt")]);
