@@ -31,7 +31,7 @@ pub struct Envelope {
 }
 
 impl Envelope {
-    /// Adds a point; memory stays below [`ENVELOPE_CAPACITY`] points.
+    /// Adds a point; memory stays below 16384 points.
     pub fn add(&mut self, p: (i64, i64)) {
         self.points.push(p);
         if self.points.len() >= ENVELOPE_CAPACITY {
