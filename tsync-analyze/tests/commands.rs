@@ -531,6 +531,24 @@ fn check_records(records: &[HashMap<String, Value>], events: usize) {
         }
     }
     assert_eq!(linked * 2, events, "every event of these inputs is matched");
+    // Each trace keeps its event order on the corrected timebase.
+    let mut per_node: HashMap<u64, Vec<(u64, i64)>> = HashMap::new();
+    for r in records {
+        per_node
+            .entry(r["node_index"].as_u64().unwrap())
+            .or_default()
+            .push((
+                r["event_index"].as_u64().unwrap(),
+                r["corrected_ns"].as_i64().unwrap(),
+            ));
+    }
+    for (node, mut events) in per_node {
+        events.sort_unstable();
+        assert!(
+            events.windows(2).all(|w| w[0].1 <= w[1].1),
+            "node {node}: corrected times out of event order"
+        );
+    }
 }
 
 #[test]
