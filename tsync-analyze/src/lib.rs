@@ -6,7 +6,10 @@
 //!   [`message::MessageSink`];
 //! - [`sync::run`] computes per-pair hulls, limit lines, estimates, accuracy curves and the
 //!   per-trace maps onto a common timebase ([`sync::SyncResult`]); [`sync::run_messages`] does
-//!   the same on messages held in memory.
+//!   the same on messages held in memory;
+//! - [`timeline::Timeline`] carries `sync`'s linear correction on to every event: the controlled
+//!   logical clock ([`clc`]), the evaluation ([`eval`]), the exports ([`export`]); [`figures`]
+//!   draws a run's plots ([`plot`]).
 
 pub mod accuracy;
 pub mod corridor;
@@ -31,3 +34,6 @@ pub mod eval;
 pub mod export;
 pub mod histogram;
 pub mod plot;
+
+pub mod figures;
+pub mod timeline;

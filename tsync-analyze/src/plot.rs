@@ -55,6 +55,9 @@ pub struct SyncPlot<'a> {
     pub chosen: Option<Line>,
     /// The guaranteed interval of `t_b` over `t_a` (may be empty).
     pub accuracy: &'a [AccuracyPoint],
+    /// The real message counts (a→b, b→a) when `ab`/`ba` are only a sample of them (an
+    /// envelope kept while streaming): the legend then says how many there were.
+    pub counts: Option<(u64, u64)>,
 }
 
 /// One direction's transfer times in a histogram plot.
@@ -462,6 +465,7 @@ fn draw_sync<DB: DrawingBackend>(
         })
         .axis_desc_style(("sans-serif", 18))
         .label_style(("sans-serif", 15))
+        .y_label_formatter(&|v| format_offset_us(*v))
         .light_line_style(RGBColor(235, 235, 235))
         .bold_line_style(RGBColor(210, 210, 210))
         .draw()
@@ -496,8 +500,13 @@ fn draw_sync<DB: DrawingBackend>(
             });
     }
 
-    let direction_label = |from: &str, to: &str, n: usize, out: usize| {
-        let mut s = format!("{from} → {to} messages ({n})");
+    let direction_label = |from: &str, to: &str, n: usize, total: Option<u64>, out: usize| {
+        let mut s = match total {
+            Some(t) if t != n as u64 => {
+                format!("{from} → {to} messages ({t}, envelope of {n} shown)")
+            }
+            _ => format!("{from} → {to} messages ({n})"),
+        };
         if out > 0 {
             s.push_str(&format!(", {out} outside the view"));
         }
@@ -509,7 +518,13 @@ fn draw_sync<DB: DrawingBackend>(
                 .map(|&p| Circle::new(p, 2, AB_COLOR.mix(0.6).filled())),
         )
         .map_err(err)?
-        .label(direction_label(a, b, plot.ab.len(), ab_out))
+        .label(direction_label(
+            a,
+            b,
+            plot.ab.len(),
+            plot.counts.map(|c| c.0),
+            ab_out,
+        ))
         .legend(|(x, y)| Circle::new((x + 10, y), 4, AB_COLOR.filled()));
     chart
         .draw_series(
@@ -517,7 +532,13 @@ fn draw_sync<DB: DrawingBackend>(
                 .map(|&p| Circle::new(p, 2, BA_COLOR.mix(0.6).filled())),
         )
         .map_err(err)?
-        .label(direction_label(b, a, plot.ba.len(), ba_out))
+        .label(direction_label(
+            b,
+            a,
+            plot.ba.len(),
+            plot.counts.map(|c| c.1),
+            ba_out,
+        ))
         .legend(|(x, y)| Circle::new((x + 10, y), 4, BA_COLOR.filled()));
 
     let hulls = [
@@ -717,6 +738,18 @@ fn draw_histograms<DB: DrawingBackend>(
 }
 
 /// A µs value for an axis label: "0.1", "1", "10", "1000", "1e5" style, without noise digits.
+/// An offset tick in µs: no decimals where they say nothing (LTTV's toy cases span seconds,
+/// which would otherwise read "15000000.0").
+fn format_offset_us(v: f64) -> String {
+    if v == 0.0 || v.abs() >= 10.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
 fn format_us(v: f64) -> String {
     if v >= 1e5 {
         format!("{v:.0e}")

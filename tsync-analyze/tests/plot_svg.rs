@@ -168,6 +168,7 @@ fn write(fig: &Figure, dir: &Path, formats: &[PlotFormat]) -> Vec<std::path::Pat
         maxslope: Some(fig.maxslope),
         chosen: Some(fig.chosen),
         accuracy: &fig.accuracy,
+        counts: None,
     };
     let hist = HistogramPlot {
         title: "alpha ↔ beta: transfer times",

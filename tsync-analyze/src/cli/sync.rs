@@ -1,0 +1,68 @@
+//! `tsync-analyze sync`: the clock correction of every trace, and optionally its plots.
+
+use clap::Args;
+use tsync_analyze::input::InputSet;
+use tsync_analyze::sync::{self, SyncOptions, SyncResult};
+use tsync_analyze::timeline::TimelineOptions;
+use tsync_analyze::{progress, report};
+
+use super::{CmdResult, PlotArgs, SyncArgs};
+
+#[derive(Args)]
+pub struct SyncCmd {
+    #[command(flatten)]
+    pub sync: SyncArgs,
+    /// Print the JSON document of the contracts instead of the report.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub plot: PlotArgs,
+}
+
+pub fn run(a: SyncCmd) -> CmdResult {
+    let options = a.sync.options()?;
+    let Some(dir) = &a.plot.plot else {
+        return print(&plain(&a.sync, &options)?, a.json);
+    };
+    let options = TimelineOptions {
+        sync: options,
+        keep_messages: false,
+        plot_samples: true,
+    };
+    let timeline = super::build_timeline(&a.sync.inputs, &options)?;
+    // The histograms show the transfer times after this correction: a second, streaming pass
+    // over the messages.
+    let eval = timeline
+        .evaluate(timeline.l_min(None), None, &mut |_| {})
+        .map_err(|e| e.to_string())?;
+    super::write_plots(dir, &timeline, Some(&eval), &a.plot.formats())?;
+    print(&timeline.sync, a.json)
+}
+
+/// `sync` without plots: the hulls only, one pass, nothing gathered on the side.
+fn plain(a: &SyncArgs, options: &SyncOptions) -> Result<SyncResult, String> {
+    let inputs = InputSet::open(&a.inputs).map_err(|e| e.to_string())?;
+    let bar = progress::bar(inputs.total_bytes());
+    let result = sync::run(&inputs, options, &mut |n| {
+        if let Some(b) = &bar {
+            b.inc(n)
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(result)
+}
+
+fn print(result: &SyncResult, json: bool) -> CmdResult {
+    let out = if json {
+        for w in &result.warnings {
+            super::warn(w);
+        }
+        super::json(&report::to_json(result))?
+    } else {
+        report::to_text(result)
+    };
+    super::write_stdout(out.as_bytes())
+}
