@@ -17,10 +17,13 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use hashbrown::HashTable;
 use tsync_common::{PacketEvent, direction, tcp_flag};
 
 use crate::message::{Exchange, MatchedMessage, Message, MessageSink, Origin};
+
+mod live;
+
+use live::{KeyEq, LiveKeys};
 
 /// Default matching window: longer than TCP's initial retransmission timeout (1 s), so that a
 /// retransmitted segment is always recognised as such.
@@ -86,7 +89,7 @@ impl MatchStats {
 /// differ between what is sent and what arrives after offloads, and the digest of the reference
 /// never held them) and the kind stored in the record's reserved bytes. Building, hashing and
 /// comparing a key is then a handful of word operations.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 struct Key([u64; 8]);
 
 const KEY_FLAGS: u8 = tcp_flag::ACK | tcp_flag::RST | tcp_flag::SYN | tcp_flag::FIN;
@@ -157,7 +160,7 @@ impl Key {
 }
 
 /// One side of a key: the first event seen on it (what the key does not already hold).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Seen {
     time: i64,
     index: u64,
@@ -167,36 +170,42 @@ struct Seen {
     tcp_flags: u8,
 }
 
-/// The hot part of a live key (the key itself lives in a parallel ring, touched only to compare
-/// and, when the sink wants them, to rebuild the event records).
-#[derive(Clone, Debug)]
+/// What the matcher remembers of a live key besides the key itself.
+#[derive(Clone, Copy, Debug, Default)]
 struct Entry {
-    hash: u64,
     /// Aligned time of the first event: the key is decided `window` later.
     first_seen: i64,
-    send: Option<Seen>,
-    recv: Option<Seen>,
+    /// The first send event (valid when `sends > 0`).
+    send: Seen,
+    /// The first receive event (valid when `recvs > 0`).
+    recv: Seen,
     sends: u32,
     recvs: u32,
+}
+
+impl KeyEq for Key {
+    #[inline]
+    fn key_eq(&self, other: &Self) -> bool {
+        // Branch-free: all eight words are compared (no call to memcmp).
+        self.0
+            .iter()
+            .zip(&other.0)
+            .fold(0, |acc, (a, b)| acc | (a ^ b))
+            == 0
+    }
 }
 
 /// The matcher state. Feed it events in merged time order with [`Matcher::event`], then call
 /// [`Matcher::finish`].
 ///
-/// Keys are decided in the order they were created, so the entries live in a ring (a FIFO) and
-/// the hash table only maps a key to its entry's sequence number: the table stays small enough
-/// for the cache, and expiring needs no search.
+/// The live keys are kept in creation order (the order they are decided in) with a compact hash
+/// index over them (see [`live`]): expiring needs no search and the index stays small enough for
+/// the cache.
 pub struct Matcher {
     window: i64,
-    /// Sequence numbers of the live entries, hashed by key.
-    table: HashTable<u64>,
-    /// Live entries; `ring[i]` has sequence number `base + i`.
-    ring: VecDeque<Entry>,
-    /// Their keys, same indexing.
-    keys: VecDeque<Key>,
+    live: LiveKeys<Key, Entry>,
     /// Whether the sink wants the event records of each message.
     events_wanted: bool,
-    base: u64,
     stats: MatchStats,
     exchanges: Option<AckPairing>,
 }
@@ -205,11 +214,8 @@ impl Matcher {
     pub fn new(options: &MatchOptions) -> Self {
         Matcher {
             window: options.window_ns.max(1),
-            table: HashTable::with_capacity(1 << 12),
-            ring: VecDeque::with_capacity(1 << 12),
-            keys: VecDeque::with_capacity(1 << 12),
+            live: LiveKeys::with_capacity(1 << 12),
             events_wanted: true,
-            base: 0,
             stats: MatchStats::default(),
             exchanges: options.exchanges.then(AckPairing::default),
         }
@@ -240,44 +246,31 @@ impl Matcher {
             tcp_flags: e.tcp_flags,
         };
         let is_send = e.direction == direction::SEND;
-        let base = self.base;
-        let ring = &mut self.ring;
-        let keys = &self.keys;
-        if let Some(&id) = self
-            .table
-            .find(hash, |&id| id >= base && keys[(id - base) as usize] == key)
-        {
-            let entry = &mut ring[(id - base) as usize];
+        if let Some(entry) = self.live.find_mut(hash, &key) {
             if is_send {
-                entry.sends += 1;
-                entry.send.get_or_insert(seen);
+                if entry.sends == 0 {
+                    entry.send = seen;
+                }
+                entry.sends = entry.sends.saturating_add(1);
             } else {
-                entry.recvs += 1;
-                entry.recv.get_or_insert(seen);
+                if entry.recvs == 0 {
+                    entry.recv = seen;
+                }
+                entry.recvs = entry.recvs.saturating_add(1);
             }
             return;
         }
-        let id = base + ring.len() as u64;
-        self.keys.push_back(key);
-        ring.push_back(Entry {
+        self.live.push_back(
             hash,
-            first_seen: aligned,
-            send: is_send.then_some(seen),
-            recv: (!is_send).then_some(seen),
-            sends: u32::from(is_send),
-            recvs: u32::from(!is_send),
-        });
-        if self.table.len() >= 2 * self.ring.len() + 4096 {
-            // Sweep the sequence numbers of decided keys (amortized O(1) per event).
-            self.table.retain(|&mut i| i >= base);
-        }
-        let ring = &self.ring;
-        self.table.insert_unique(hash, id, |&i| {
-            // Only live entries are rehashed: the sweep above ran if dead ones piled up, and a
-            // dead one rehashed anyway is harmless (it can never be found live again).
-            ring.get(i.wrapping_sub(base) as usize)
-                .map_or(i, |e| e.hash)
-        });
+            key,
+            Entry {
+                first_seen: aligned,
+                send: seen,
+                recv: seen,
+                sends: u32::from(is_send),
+                recvs: u32::from(!is_send),
+            },
+        );
     }
 
     /// Skips rebuilding the event records of messages when the sink does not need them.
@@ -293,29 +286,26 @@ impl Matcher {
     /// Decides every key whose window ended before `now`.
     #[inline]
     fn expire(&mut self, now: i64, sink: &mut dyn MessageSink) {
-        while let Some(front) = self.ring.front() {
-            if front.first_seen.saturating_add(self.window) >= now {
+        while let Some(front) = self.live.front() {
+            if front.value.first_seen.saturating_add(self.window) >= now {
                 break;
             }
-            let entry = self.ring.pop_front().expect("front exists");
-            let key = self.keys.pop_front().expect("parallel ring");
-            // The table keeps the dead sequence number until the next sweep (see `event`):
-            // erasing here would cost a cache miss per key.
-            self.base += 1;
-            self.decide(entry, &key, sink);
+            let slot = self.live.pop_front().expect("front exists");
+            self.decide(slot.value, &slot.key, sink);
         }
     }
 
     fn decide(&mut self, e: Entry, key: &Key, sink: &mut dyn MessageSink) {
         if e.sends > 1 || e.recvs > 1 {
             self.stats.ambiguous += 1;
-            self.stats.unmatched += u64::from(e.sends + e.recvs);
+            self.stats.unmatched += u64::from(e.sends) + u64::from(e.recvs);
             return;
         }
-        let (Some(s), Some(r)) = (e.send, e.recv) else {
+        if e.sends == 0 || e.recvs == 0 {
             self.stats.unmatched += 1;
             return;
-        };
+        }
+        let (s, r) = (e.send, e.recv);
         if s.trace == r.trace {
             self.stats.same_trace += 1;
             return;
@@ -353,9 +343,8 @@ impl Matcher {
 
     /// Decides every remaining key and returns the counts.
     pub fn finish(mut self, sink: &mut dyn MessageSink) -> MatchStats {
-        self.table.clear();
-        while let (Some(e), Some(k)) = (self.ring.pop_front(), self.keys.pop_front()) {
-            self.decide(e, &k, sink);
+        while let Some(slot) = self.live.pop_front() {
+            self.decide(slot.value, &slot.key, sink);
         }
         self.stats
     }
