@@ -202,8 +202,14 @@ impl KeyEq for Key {
 /// index over them (see [`live`]): expiring needs no search and the index stays small enough for
 /// the cache.
 pub struct Matcher {
-    window: i64,
     live: LiveKeys<Key, Entry>,
+    decider: Decider,
+}
+
+/// What decides expired keys (apart from the live keys, so that a key can be decided where it
+/// lies in the ring, without copying it out).
+struct Decider {
+    window: i64,
     /// Whether the sink wants the event records of each message.
     events_wanted: bool,
     stats: MatchStats,
@@ -213,12 +219,21 @@ pub struct Matcher {
 impl Matcher {
     pub fn new(options: &MatchOptions) -> Self {
         Matcher {
-            window: options.window_ns.max(1),
             live: LiveKeys::with_capacity(1 << 12),
-            events_wanted: true,
-            stats: MatchStats::default(),
-            exchanges: options.exchanges.then(AckPairing::default),
+            decider: Decider {
+                window: options.window_ns.max(1),
+                events_wanted: true,
+                stats: MatchStats::default(),
+                exchanges: options.exchanges.then(AckPairing::default),
+            },
         }
+    }
+
+    /// Hints that `e` will be passed to [`event`](Self::event) soon: starts loading the part of
+    /// the index it will probe, so that the probe does not wait for memory.
+    #[inline]
+    pub fn prefetch(&self, e: &PacketEvent) {
+        self.live.prefetch_home(Key::of(e).hash());
     }
 
     /// Adds an event of trace `trace`: `time` is its local time (ns), `aligned` its time on the
@@ -233,7 +248,7 @@ impl Matcher {
         index: u64,
         sink: &mut dyn MessageSink,
     ) {
-        self.stats.events += 1;
+        self.decider.stats.events += 1;
         self.expire(aligned, sink);
         let key = Key::of(e);
         let hash = key.hash();
@@ -275,27 +290,39 @@ impl Matcher {
 
     /// Skips rebuilding the event records of messages when the sink does not need them.
     pub fn set_events_wanted(&mut self, wanted: bool) {
-        self.events_wanted = wanted;
+        self.decider.events_wanted = wanted;
     }
 
     /// Counts an event found out of order in its file.
     pub fn out_of_order(&mut self) {
-        self.stats.out_of_order += 1;
+        self.decider.stats.out_of_order += 1;
     }
 
     /// Decides every key whose window ended before `now`.
     #[inline]
     fn expire(&mut self, now: i64, sink: &mut dyn MessageSink) {
         while let Some(front) = self.live.front() {
-            if front.value.first_seen.saturating_add(self.window) >= now {
+            if front.value.first_seen.saturating_add(self.decider.window) >= now {
                 break;
             }
-            let slot = self.live.pop_front().expect("front exists");
-            self.decide(slot.value, &slot.key, sink);
+            self.decider.decide(&front.value, &front.key, sink);
+            self.live.drop_front();
         }
     }
 
-    fn decide(&mut self, e: Entry, key: &Key, sink: &mut dyn MessageSink) {
+    /// Decides every remaining key and returns the counts.
+    pub fn finish(mut self, sink: &mut dyn MessageSink) -> MatchStats {
+        while let Some(front) = self.live.front() {
+            self.decider.decide(&front.value, &front.key, sink);
+            self.live.drop_front();
+        }
+        self.decider.stats
+    }
+}
+
+impl Decider {
+    #[inline]
+    fn decide(&mut self, e: &Entry, key: &Key, sink: &mut dyn MessageSink) {
         if e.sends > 1 || e.recvs > 1 {
             self.stats.ambiguous += 1;
             self.stats.unmatched += u64::from(e.sends) + u64::from(e.recvs);
@@ -339,14 +366,6 @@ impl Matcher {
             self.stats.exchanges += 1;
             sink.exchange(&x);
         }
-    }
-
-    /// Decides every remaining key and returns the counts.
-    pub fn finish(mut self, sink: &mut dyn MessageSink) -> MatchStats {
-        while let Some(slot) = self.live.pop_front() {
-            self.decide(slot.value, &slot.key, sink);
-        }
-        self.stats
     }
 }
 

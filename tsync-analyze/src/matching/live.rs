@@ -105,35 +105,48 @@ impl<K: Copy + Default + KeyEq, V: Copy + Default> LiveKeys<K, V> {
     }
 
     /// Removes and returns the oldest live entry.
-    #[inline]
+    #[cfg(test)]
     pub fn pop_front(&mut self) -> Option<Slot<K, V>> {
+        let slot = *self.front()?;
+        self.drop_front();
+        Some(slot)
+    }
+
+    /// Removes the oldest live entry (if any).
+    #[inline]
+    pub fn drop_front(&mut self) {
         if self.len == 0 {
-            return None;
+            return;
         }
         let pos = self.head;
         self.prefetch_ahead();
-        let slot = self.ring[pos];
-        self.unindex(slot.hash, pos);
+        self.unindex(self.ring[pos].hash, pos);
         self.head = (self.head + 1) & (self.ring.len() - 1);
         self.len -= 1;
-        Some(slot)
+    }
+
+    /// Starts loading the home cell of `hash` (see [`crate::matching::Matcher::prefetch`]).
+    #[inline]
+    pub fn prefetch_home(&self, hash: u64) {
+        prefetch(&self.cells[self.home(hash >> 32)]);
     }
 
     /// Asks for the entry popped a few calls from now: the front of the ring was written a whole
     /// window ago and has left the caches, and the hardware prefetcher does not look that far.
     #[inline]
     fn prefetch_ahead(&self) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            const AHEAD: usize = 8;
-            let slot = &self.ring[(self.head + AHEAD) & (self.ring.len() - 1)];
-            let p = (slot as *const Slot<K, V>).cast::<i8>();
-            for line in (0..std::mem::size_of::<Slot<K, V>>()).step_by(64) {
-                // SAFETY: a prefetch is a hint that never faults, and SSE is part of the x86_64
-                // baseline.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line)) };
-            }
+        const AHEAD: usize = 8;
+        let mask = self.ring.len() - 1;
+        let slot = &self.ring[(self.head + AHEAD) & mask];
+        let p = (slot as *const Slot<K, V>).cast::<u8>();
+        for line in (0..std::mem::size_of::<Slot<K, V>>()).step_by(64) {
+            prefetch(p.wrapping_add(line));
+        }
+        // The entry half as far ahead was asked for earlier: its index cell, which removing it
+        // will search, is as cold as it was.
+        if AHEAD / 2 < self.len {
+            let soon = &self.ring[(self.head + AHEAD / 2) & mask];
+            prefetch(&self.cells[self.home(soon.hash >> 32)]);
         }
     }
 
@@ -184,6 +197,20 @@ impl<K: Copy + Default + KeyEq, V: Copy + Default> LiveKeys<K, V> {
             self.index(self.ring[pos].hash, pos);
         }
     }
+}
+
+/// Starts loading the cache line at `p` (a hint: no effect on results, never faults).
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch is a hint that never faults, whatever the address, and SSE is part
+        // of the x86_64 baseline.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// Key equality as the index needs it (a branch-free comparison for wide keys).
