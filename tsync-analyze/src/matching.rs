@@ -655,7 +655,7 @@ mod tests {
     /// A packet from a small pool (so that keys repeat), seen on a trace in a direction.
     fn event(packet: u64, trace: u32, send: bool, ts: u64, noise: u64) -> (u32, PacketEvent) {
         let mut e = sample();
-        e.kind = if packet % 3 == 0 {
+        e.kind = if packet.is_multiple_of(3) {
             tsync_common::kind::TCP4
         } else {
             tsync_common::kind::UDP4
