@@ -239,14 +239,14 @@ impl Matcher {
     /// Adds an event of trace `trace`: `time` is its local time (ns), `aligned` its time on the
     /// common merge axis, `index` its position in its file.
     #[inline]
-    pub fn event(
+    pub fn event<S: MessageSink + ?Sized>(
         &mut self,
         trace: u32,
         e: &PacketEvent,
         time: i64,
         aligned: i64,
         index: u64,
-        sink: &mut dyn MessageSink,
+        sink: &mut S,
     ) {
         self.decider.stats.events += 1;
         self.expire(aligned, sink);
@@ -300,7 +300,7 @@ impl Matcher {
 
     /// Decides every key whose window ended before `now`.
     #[inline]
-    fn expire(&mut self, now: i64, sink: &mut dyn MessageSink) {
+    fn expire<S: MessageSink + ?Sized>(&mut self, now: i64, sink: &mut S) {
         while let Some(front) = self.live.front() {
             if front.value.first_seen.saturating_add(self.decider.window) >= now {
                 break;
@@ -311,7 +311,7 @@ impl Matcher {
     }
 
     /// Decides every remaining key and returns the counts.
-    pub fn finish(mut self, sink: &mut dyn MessageSink) -> MatchStats {
+    pub fn finish<S: MessageSink + ?Sized>(mut self, sink: &mut S) -> MatchStats {
         while let Some(front) = self.live.front() {
             self.decider.decide(&front.value, &front.key, sink);
             self.live.drop_front();
@@ -322,7 +322,7 @@ impl Matcher {
 
 impl Decider {
     #[inline]
-    fn decide(&mut self, e: &Entry, key: &Key, sink: &mut dyn MessageSink) {
+    fn decide<S: MessageSink + ?Sized>(&mut self, e: &Entry, key: &Key, sink: &mut S) {
         if e.sends > 1 || e.recvs > 1 {
             self.stats.ambiguous += 1;
             self.stats.unmatched += u64::from(e.sends) + u64::from(e.recvs);

@@ -40,7 +40,7 @@ pub fn looks_like_text(prefix: &[u8]) -> bool {
 /// Reads the header (number of traces) of a text message file.
 pub fn read_header(path: &Path) -> Result<TextHeader, InputError> {
     let mut header = None;
-    scan(path, &mut |_| {}, &mut |line, bytes, pos| {
+    scan(path, &mut |_| {}, |line, bytes, pos| {
         let p = skip_blanks(bytes, *pos);
         if bytes[p] == b'\n' || bytes[p] == b'#' {
             *pos = skip_line(bytes, p);
@@ -90,9 +90,20 @@ pub fn for_each_message_with_progress(
     f: &mut dyn FnMut(Message, u64),
     progress: &mut dyn FnMut(u64),
 ) -> Result<TextStats, InputError> {
+    for_each_message_in(path, trace_base, f, progress)
+}
+
+/// [`for_each_message_with_progress`] for a callback of a known type (inlined into the parsing
+/// loop: no call per line).
+pub fn for_each_message_in<F: FnMut(Message, u64) + ?Sized>(
+    path: &Path,
+    trace_base: u32,
+    f: &mut F,
+    progress: &mut dyn FnMut(u64),
+) -> Result<TextStats, InputError> {
     let mut traces: Option<u64> = None;
     let mut stats = TextStats::default();
-    let lines = scan(path, progress, &mut |line, bytes, pos| {
+    let lines = scan(path, progress, |line, bytes, pos| {
         let p = skip_blanks(bytes, *pos);
         let b = bytes[p];
         if b == b'\n' || b == b'#' {
@@ -138,17 +149,14 @@ pub fn for_each_message_with_progress(
     Ok(stats)
 }
 
-/// A line callback of [`scan`].
-type LineHandler<'a> = dyn FnMut(u64, &[u8], &mut usize) -> Result<bool, InputError> + 'a;
-
 /// Calls `on_line(line_number, buffer, position)` for every line, where `buffer[position..]`
 /// starts the line and is guaranteed to contain its terminating `\n` (one is added at the end of
 /// the file if missing). The callback advances `position` past the `\n` and returns whether to go
 /// on. Returns the number of lines seen.
-fn scan(
+fn scan<H: FnMut(u64, &[u8], &mut usize) -> Result<bool, InputError>>(
     path: &Path,
     progress: &mut dyn FnMut(u64),
-    on_line: &mut LineHandler<'_>,
+    mut on_line: H,
 ) -> Result<u64, InputError> {
     let mut file = std::fs::File::open(path).map_err(|e| InputError::io(path, e))?;
     let mut buf = vec![0u8; BLOCK];

@@ -103,10 +103,12 @@ impl Stream {
 const PREFETCH_DISTANCE: usize = 4;
 
 /// Matches the events of several trace files and streams the messages to `sink`.
-pub fn match_files(
+///
+/// Generic over the sink so that the per-message call inlines (`&mut dyn MessageSink` works too).
+pub fn match_files<S: MessageSink + ?Sized>(
     sources: &[&Source],
     options: &MatchOptions,
-    sink: &mut dyn MessageSink,
+    sink: &mut S,
     progress: &mut dyn FnMut(u64),
 ) -> Result<MatchStats, InputError> {
     let mut streams = Vec::with_capacity(sources.len());
