@@ -40,6 +40,17 @@ pub enum Side {
 /// Exact for all i64 coordinates with non-negative values (differences fit in 64 bits + sign).
 #[inline]
 pub fn cross(o: Point, a: Point, b: Point) -> i128 {
+    // Fast path: differences that fit in i64 (always, for times of one trace pair) need only two
+    // 64×64→128-bit products; the exact difference of two such products fits in i128 (each is at
+    // most 2⁶² in magnitude, 2⁶³ for `i64::MIN`², and both cannot reach it with opposite signs).
+    if let (Some(ax), Some(ay), Some(bx), Some(by)) = (
+        a.x.checked_sub(o.x),
+        a.y.checked_sub(o.y),
+        b.x.checked_sub(o.x),
+        b.y.checked_sub(o.y),
+    ) {
+        return ax as i128 * by as i128 - ay as i128 * bx as i128;
+    }
     let (ax, ay) = (a.x as i128 - o.x as i128, a.y as i128 - o.y as i128);
     let (bx, by) = (b.x as i128 - o.x as i128, b.y as i128 - o.y as i128);
     ax * by - ay * bx
@@ -280,5 +291,55 @@ mod tests {
             h.finish(),
             &[Point::new(0, 10), Point::new(5, 0), Point::new(20, 10)]
         );
+    }
+
+    #[test]
+    fn cross_is_exact_at_the_extremes() {
+        // The fast path (differences in i64) and the wide one must agree, including where the
+        // differences overflow i64.
+        let wide = |o: Point, a: Point, b: Point| {
+            let (ax, ay) = (a.x as i128 - o.x as i128, a.y as i128 - o.y as i128);
+            let (bx, by) = (b.x as i128 - o.x as i128, b.y as i128 - o.y as i128);
+            // None where even i128 overflows (outside `cross`'s domain).
+            ax.checked_mul(by)?.checked_sub(ay.checked_mul(bx)?)
+        };
+        let vals = [
+            i64::MIN,
+            i64::MIN + 1,
+            -1,
+            0,
+            1,
+            12345,
+            i64::MAX - 1,
+            i64::MAX,
+        ];
+        for &ox in &vals {
+            for &ay in &vals {
+                for &bx in &vals {
+                    let (o, a, b) = (
+                        Point::new(ox, 0),
+                        Point::new(ox / 2, ay),
+                        Point::new(bx, ay / -3),
+                    );
+                    if let Some(w) = wide(o, a, b) {
+                        assert_eq!(cross(o, a, b), w, "{o:?} {a:?} {b:?}");
+                    }
+                }
+            }
+        }
+        let (m, mix) = (
+            Point::new(i64::MIN, i64::MIN),
+            Point::new(i64::MIN, i64::MAX),
+        );
+        let (far, near) = (Point::new(i64::MAX, 0), Point::new(i64::MIN, 1));
+        for (o, a, b) in [
+            (Point::new(0, 0), m, mix),
+            (Point::new(0, 0), m, m),
+            // Differences beyond i64: the wide path.
+            (far, Point::new(i64::MIN, 0), near),
+        ] {
+            let w = wide(o, a, b).expect("within i128");
+            assert_eq!(cross(o, a, b), w);
+        }
     }
 }

@@ -156,13 +156,24 @@ impl InputSet {
         sink: &mut dyn MessageSink,
         progress: &mut dyn FnMut(u64),
     ) -> Result<MatchStats, InputError> {
+        self.for_each_message_in(options, sink, progress)
+    }
+
+    /// [`for_each_message`](Self::for_each_message) for a sink of a known type: the per-message
+    /// calls are static and inline into the matching and parsing loops (the hot path of `sync`).
+    pub fn for_each_message_in<S: MessageSink + ?Sized>(
+        &self,
+        options: &MatchOptions,
+        sink: &mut S,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<MatchStats, InputError> {
         let mut stats = MatchStats::default();
         let mut pairing = options
             .exchanges
             .then(|| ReplyPairing::new(self.traces.len()));
         for src in &self.sources {
             if let SourceKind::Text { .. } = src.kind {
-                let t = text::for_each_message_with_progress(
+                let t = text::for_each_message_in(
                     &src.path,
                     src.first_trace,
                     &mut |m, line| {

@@ -269,7 +269,7 @@ pub fn run(
     let mut matching = options.matching.clone();
     matching.exchanges |= options.algorithm == Algorithm::Linreg;
     let mut acc = PairAccumulator::new(inputs.traces.len());
-    let stats = inputs.for_each_message(&matching, &mut acc, progress)?;
+    let stats = inputs.for_each_message_in(&matching, &mut acc, progress)?;
     let names: Vec<String> = inputs.traces.iter().map(|t| t.name.clone()).collect();
     Ok(finish(acc, &names, stats, options, reference))
 }

@@ -40,7 +40,7 @@ pub fn looks_like_text(prefix: &[u8]) -> bool {
 /// Reads the header (number of traces) of a text message file.
 pub fn read_header(path: &Path) -> Result<TextHeader, InputError> {
     let mut header = None;
-    scan(path, &mut |_| {}, &mut |line, bytes, pos| {
+    scan(path, &mut |_| {}, |line, bytes, pos| {
         let p = skip_blanks(bytes, *pos);
         if bytes[p] == b'\n' || bytes[p] == b'#' {
             *pos = skip_line(bytes, p);
@@ -90,9 +90,20 @@ pub fn for_each_message_with_progress(
     f: &mut dyn FnMut(Message, u64),
     progress: &mut dyn FnMut(u64),
 ) -> Result<TextStats, InputError> {
+    for_each_message_in(path, trace_base, f, progress)
+}
+
+/// [`for_each_message_with_progress`] for a callback of a known type (inlined into the parsing
+/// loop: no call per line).
+pub fn for_each_message_in<F: FnMut(Message, u64) + ?Sized>(
+    path: &Path,
+    trace_base: u32,
+    f: &mut F,
+    progress: &mut dyn FnMut(u64),
+) -> Result<TextStats, InputError> {
     let mut traces: Option<u64> = None;
     let mut stats = TextStats::default();
-    let lines = scan(path, progress, &mut |line, bytes, pos| {
+    let lines = scan(path, progress, |line, bytes, pos| {
         let p = skip_blanks(bytes, *pos);
         let b = bytes[p];
         if b == b'\n' || b == b'#' {
@@ -108,9 +119,15 @@ pub fn for_each_message_with_progress(
             *pos = skip_line(bytes, q);
             return Ok(true);
         };
-        let mut q = p;
-        let (s, r, ts, tr) =
-            parse_record(bytes, &mut q, n).map_err(|what| InputError::syntax(path, line, what))?;
+        let (s, r, ts, tr, q) = match parse_record_fast(bytes, p, n) {
+            Some(fast) => fast,
+            None => {
+                let mut q = p;
+                let (s, r, ts, tr) = parse_record(bytes, &mut q, n)
+                    .map_err(|what| InputError::syntax(path, line, what))?;
+                (s, r, ts, tr, q)
+            }
+        };
         *pos = q + 1;
         if s == r {
             stats.same_trace += 1;
@@ -132,17 +149,14 @@ pub fn for_each_message_with_progress(
     Ok(stats)
 }
 
-/// A line callback of [`scan`].
-type LineHandler<'a> = dyn FnMut(u64, &[u8], &mut usize) -> Result<bool, InputError> + 'a;
-
 /// Calls `on_line(line_number, buffer, position)` for every line, where `buffer[position..]`
 /// starts the line and is guaranteed to contain its terminating `\n` (one is added at the end of
 /// the file if missing). The callback advances `position` past the `\n` and returns whether to go
 /// on. Returns the number of lines seen.
-fn scan(
+fn scan<H: FnMut(u64, &[u8], &mut usize) -> Result<bool, InputError>>(
     path: &Path,
     progress: &mut dyn FnMut(u64),
-    on_line: &mut LineHandler<'_>,
+    mut on_line: H,
 ) -> Result<u64, InputError> {
     let mut file = std::fs::File::open(path).map_err(|e| InputError::io(path, e))?;
     let mut buf = vec![0u8; BLOCK];
@@ -223,6 +237,71 @@ fn parse_uint(b: &[u8], p: &mut usize) -> Option<u64> {
         *p += 1;
     }
     (*p > start).then_some(v)
+}
+
+/// The common case of [`parse_record`], in one straight pass: `S R I.FFFFFFFFF I.FFFFFFFFF\n`
+/// (single spaces, nanosecond fractions, indices in range, times that fit). Returns the fields
+/// and the position of the `\n`, or None for anything else — which [`parse_record`] then parses
+/// (or reports) in full. For every line it accepts, both give the same values.
+#[inline]
+fn parse_record_fast(b: &[u8], p: usize, traces: u64) -> Option<(u64, u64, i64, i64, usize)> {
+    let mut q = p;
+    let s = fast_uint(b, &mut q)?;
+    let r = fast_uint(b, &mut q)?;
+    let ts = fast_seconds(b, &mut q)?;
+    if b[q] != b' ' {
+        return None;
+    }
+    q += 1;
+    let tr = fast_seconds(b, &mut q)?;
+    (b[q] == b'\n' && s < traces && r < traces).then_some((s, r, ts, tr, q))
+}
+
+/// Up to 9 digits followed by one space (skipped).
+#[inline]
+fn fast_uint(b: &[u8], q: &mut usize) -> Option<u64> {
+    let start = *q;
+    let mut v = 0u64;
+    while b[*q].is_ascii_digit() {
+        if *q - start == 9 {
+            return None;
+        }
+        v = v * 10 + u64::from(b[*q] - b'0');
+        *q += 1;
+    }
+    if *q == start || b[*q] != b' ' {
+        return None;
+    }
+    *q += 1;
+    Some(v)
+}
+
+/// `I.FFFFFFFFF`: up to 10 integer digits and exactly 9 fraction digits, as nanoseconds.
+#[inline]
+fn fast_seconds(b: &[u8], q: &mut usize) -> Option<i64> {
+    let start = *q;
+    let mut int = 0u64;
+    while b[*q].is_ascii_digit() {
+        if *q - start == 10 {
+            return None;
+        }
+        int = int * 10 + u64::from(b[*q] - b'0');
+        *q += 1;
+    }
+    if *q == start || b[*q] != b'.' {
+        return None;
+    }
+    let f = *q + 1;
+    // Eight digits, then the ninth (the line's `\n` is still ahead, so both reads are in bounds).
+    let high = eight_digits(u64::from_le_bytes(b.get(f..f + 8)?.try_into().ok()?))?;
+    let ninth = b[f + 8];
+    if !ninth.is_ascii_digit() || b[f + 9].is_ascii_digit() {
+        return None;
+    }
+    *q = f + 9;
+    // int < 10¹⁰, so int·10⁹ + frac < 10¹⁹ fits in u64.
+    let ns = int * 1_000_000_000 + high * 10 + u64::from(ninth - b'0');
+    i64::try_from(ns).ok()
 }
 
 /// Parses `sender receiver send recv` up to (not past) the line's `\n`.
@@ -503,5 +582,57 @@ mod tests {
             format_seconds(ns, &mut s);
             assert_eq!(secs(&s), Ok(ns), "{s}");
         }
+    }
+
+    proptest::proptest! {
+        /// Whatever line the fast path accepts, it reads exactly as the full parser does.
+        #[test]
+        fn fast_path_agrees_with_the_full_parser(
+            s in "[0-9]{1,3}|[0-9]{8,10}|-1|",
+            r in "[0-9]{1,3}",
+            times in proptest::collection::vec(
+                proptest::prop_oneof![
+                    4 => "[0-9]{1,2}\\.[0-9]{9}",
+                    2 => "[0-9]{9,11}\\.[0-9]{9}",
+                    1 => "[0-9]{1,2}\\.[0-9]{7,11}",
+                    1 => "[+-]?[0-9]{0,2}(\\.[0-9]{0,10})?(e[0-9])?",
+                ],
+                2,
+            ),
+            seps in proptest::collection::vec(proptest::prop_oneof![6 => " ", 1 => "  |\t"], 3),
+            end in proptest::prop_oneof![6 => "\n", 1 => "\r\n| \n|x\n| 1\n"],
+        ) {
+            let line = format!("{s}{}{r}{}{}{}{}{end}", seps[0], seps[1], times[0], seps[2], times[1]);
+            let b = line.as_bytes();
+            if let Some((s, r, ts, tr, q)) = parse_record_fast(b, 0, 100) {
+                let mut p = 0;
+                let full = parse_record(b, &mut p, 100);
+                proptest::prop_assert_eq!(full, Ok((s, r, ts, tr)), "{:?}", line);
+                proptest::prop_assert_eq!(p, q);
+            }
+        }
+    }
+
+    #[test]
+    fn fast_path_takes_the_usual_lines() {
+        let line = b"3 12 20.879216127 13.874484241\n";
+        assert_eq!(
+            parse_record_fast(line, 0, 13),
+            Some((3, 12, 20_879_216_127, 13_874_484_241, line.len() - 1))
+        );
+        // Out of range, or not in the usual form: left to the full parser.
+        assert_eq!(parse_record_fast(line, 0, 12), None);
+        assert_eq!(
+            parse_record_fast(b"3 1 20.8792161 1.000000000\n", 0, 13),
+            None
+        );
+        assert_eq!(
+            parse_record_fast(b"3 1 20.879216127 1.000000000 \n", 0, 13),
+            None
+        );
+        assert_eq!(
+            parse_record_fast(b"3 1 9999999999.999999999 1.000000000\n", 0, 13),
+            None
+        );
     }
 }

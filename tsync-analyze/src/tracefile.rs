@@ -11,7 +11,6 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fs::File;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use tsync_common::format::{FormatError, TraceReader};
@@ -54,7 +53,9 @@ pub fn read_header(path: &Path) -> Result<TraceHeader, InputError> {
 struct Stream {
     path: PathBuf,
     trace: u32,
-    reader: TraceReader<BufReader<File>>,
+    /// Unbuffered: the reader asks for whole chunks (hundreds of KiB), which the kernel copies
+    /// straight into the reader's buffer; a `BufReader` would only add a copy.
+    reader: TraceReader<File>,
     events: Vec<PacketEvent>,
     pos: usize,
     /// Events consumed (index of the next one in file order).
@@ -98,16 +99,22 @@ impl Stream {
     }
 }
 
+/// How many events ahead the matcher is asked to load the index cells an event will probe.
+const PREFETCH_DISTANCE: usize = 4;
+
 /// Matches the events of several trace files and streams the messages to `sink`.
-pub fn match_files(
+///
+/// Generic over the sink so that the per-message call inlines (`&mut dyn MessageSink` works too).
+pub fn match_files<S: MessageSink + ?Sized>(
     sources: &[&Source],
     options: &MatchOptions,
-    sink: &mut dyn MessageSink,
+    sink: &mut S,
     progress: &mut dyn FnMut(u64),
 ) -> Result<MatchStats, InputError> {
     let mut streams = Vec::with_capacity(sources.len());
     for s in sources {
-        let reader = TraceReader::open(&s.path).map_err(|e| trace_error(&s.path, e))?;
+        let file = File::open(&s.path).map_err(|e| InputError::io(&s.path, e))?;
+        let reader = TraceReader::new(file).map_err(|e| trace_error(&s.path, e))?;
         let h = reader.header();
         let shift = h
             .start_realtime_ns
@@ -157,6 +164,9 @@ pub fn match_files(
                 break;
             }
             st.pos += 1;
+            if let Some(ahead) = st.events.get(st.pos + PREFETCH_DISTANCE) {
+                matcher.prefetch(ahead);
+            }
             let index = st.index;
             st.index += 1;
             if e.ts_ns > i64::MAX as u64

@@ -23,6 +23,11 @@ pub struct Args {
     /// Regenerate the inputs even if they exist.
     #[arg(long)]
     regenerate: bool,
+    /// Another `tsync-analyze` binary (e.g. one built from an older commit) to run `sync` with on
+    /// the same inputs, right after each measurement of the current one: a before/after ratio
+    /// measured in the same conditions, which matter on a shared machine.
+    #[arg(long, value_name = "BINARY")]
+    baseline: Option<PathBuf>,
 }
 
 impl Args {
@@ -40,7 +45,7 @@ impl Args {
             }
             return Ok(());
         }
-        analyze(self.scale, self.regenerate)
+        analyze(self.scale, self.regenerate, self.baseline.as_deref())
     }
 }
 
@@ -150,7 +155,12 @@ fn size(paths: &[PathBuf]) -> u64 {
         .sum()
 }
 
-fn analyze(scale: f64, regenerate: bool) -> Result<()> {
+fn analyze(scale: f64, regenerate: bool, baseline: Option<&Path>) -> Result<()> {
+    if let Some(b) = baseline
+        && !b.is_file()
+    {
+        bail!("--baseline {}: no such file", b.display());
+    }
     let root = crate::workspace_root();
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(&root)
@@ -182,8 +192,20 @@ fn analyze(scale: f64, regenerate: bool) -> Result<()> {
             let decode = read_only(&files, format == "text")?;
             let msgs = measure(&bin, &files, &["messages"])?;
             let sync = measure(&bin, &files, &["sync", "--json"])?;
+            let versus = match baseline {
+                Some(b) => {
+                    let old = measure(b, &files, &["sync", "--json"])?;
+                    format!(
+                        " {:.1} | {:.0} MiB | ×{:.2} |",
+                        d.messages as f64 / old.seconds / 1e6,
+                        old.max_rss_kib as f64 / 1024.0,
+                        old.seconds / sync.seconds
+                    )
+                }
+                None => String::new(),
+            };
             rows.push(format!(
-                "| {} | {} | {:.0} MB | {:.1} | {:.1} | {:.2} | {:.2} s | **{:.1}** | {:.0} MiB |",
+                "| {} | {} | {:.0} MB | {:.1} | {:.1} | {:.2} | {:.2} s | **{:.1}** | {:.0} MiB |{versus}",
                 d.name,
                 format,
                 bytes as f64 / 1e6,
@@ -205,6 +227,12 @@ fn analyze(scale: f64, regenerate: bool) -> Result<()> {
                 .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
+    let note = baseline.map_or(String::new(), |b| {
+        format!(
+            "Baseline: `{}`, run right after the current binary on each row.\n\n",
+            b.display()
+        )
+    });
     let mut out = format!(
         "## `tsync-analyze sync` throughput (one core, {cpu})\n\n\
          Rates in millions of messages per second. Baselines from the same run: `cat` reads the \
@@ -212,8 +240,18 @@ fn analyze(scale: f64, regenerate: bool) -> Result<()> {
          trace-file chunks (the trace format's reader), without matching; `messages` parses and \
          matches them and prints the messages, without any geometry. Goals: ≥ 20 M/s from trace \
          files, ≥ 10 M/s from text, memory independent of trace length.\n\n\
-         | workload | input | size | cat M/s | decode M/s | messages M/s | sync time | sync M/s | sync peak RSS |\n\
-         |---|---|---|---|---|---|---|---|---|\n"
+         {note}| workload | input | size | cat M/s | decode M/s | messages M/s | sync time | sync M/s | sync peak RSS |{}\n\
+         |---|---|---|---|---|---|---|---|---|{}\n",
+        if baseline.is_some() {
+            " baseline sync M/s | baseline peak RSS | speed-up |"
+        } else {
+            ""
+        },
+        if baseline.is_some() {
+            "---|---|---|"
+        } else {
+            ""
+        },
     );
     for r in &rows {
         out.push_str(r);
