@@ -33,17 +33,8 @@ pub struct Args {
 impl Args {
     pub fn run(self) -> Result<()> {
         if cfg!(debug_assertions) {
-            // Generating 10⁷ messages needs optimized code: re-run this command from a release
-            // build.
-            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .current_dir(crate::workspace_root())
-                .args(["run", "--quiet", "--release", "-p", "xtask", "--"])
-                .args(std::env::args_os().skip(1))
-                .status()?;
-            if !status.success() {
-                bail!("the release build of the benchmark failed");
-            }
-            return Ok(());
+            // Generating 10⁷ messages needs optimized code.
+            return crate::bench::rerun_in_release();
         }
         analyze(self.scale, self.regenerate, self.baseline.as_deref())
     }

@@ -32,7 +32,5 @@ pub fn describe() -> String {
         std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
             .map(|s| s.trim().to_owned())
             .unwrap_or_default();
-    format!(
-        "{cpu}, {cores} cores, {mem_gib:.1} GiB, Linux {kernel}, clocksource {clocksource}"
-    )
+    format!("{cpu}, {cores} cores, {mem_gib:.1} GiB, Linux {kernel}, clocksource {clocksource}")
 }

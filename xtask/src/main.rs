@@ -2,9 +2,11 @@
 //!
 //! Every task is an `Args` type (clap) with `fn run(self) -> anyhow::Result<()>`; adding a task is
 //! one line in one of the `tasks!` lists below.
+mod bench;
 mod bench_analyze;
 mod bench_capture;
 mod demo;
+mod machine;
 mod netns;
 mod setup;
 mod simulate;
@@ -48,19 +50,8 @@ tasks! {
         /// End-to-end demo: nodes in network namespaces with known clock skews, real TCP traffic,
         /// agents, analyzer, and every figure checked against the truth.
         Demo(demo::DemoArgs),
-        /// Benchmarks (not timed tests).
-        #[command(subcommand)]
-        Bench(Bench),
-    }
-}
-
-tasks! {
-    /// The benchmarks.
-    enum Bench {
-        /// Analyzer throughput and peak memory on generated text and trace-file inputs.
-        Analyze(bench_analyze::Args),
-        /// Capture overhead: iperf3 between two network namespaces, with and without agents.
-        Capture(bench_capture::Args),
+        /// Benchmarks (not timed tests): both with no subcommand, and one report.
+        Bench(bench::Args),
     }
 }
 
@@ -71,6 +62,10 @@ struct SimulateArgs {
     /// Output directory.
     #[arg(short, long, default_value = "target/simulate")]
     out: std::path::PathBuf,
+    /// Then synchronize the traces with both algorithms and print each node's error against the
+    /// truth.
+    #[arg(long)]
+    check: bool,
 }
 
 impl SimulateArgs {
@@ -82,6 +77,16 @@ impl SimulateArgs {
             truth.nodes.len(),
             self.out.display()
         );
+        if self.check {
+            let mut rows = Vec::new();
+            for algorithm in [
+                tsync_analyze::sync::Algorithm::Chull,
+                tsync_analyze::sync::Algorithm::Linreg,
+            ] {
+                rows.push((algorithm, simulate::check::measure(&truth, algorithm)?));
+            }
+            print!("{}", simulate::check::table(&rows));
+        }
         Ok(())
     }
 }

@@ -241,6 +241,9 @@ fn finish_node(mut node: Node) -> anyhow::Result<u64> {
     Ok(node.events)
 }
 
+/// 2026-01-01 00:00:00 UTC, the simulated nodes' wall-clock time at true time 0.
+const SIM_EPOCH_REALTIME_NS: i64 = 1_767_225_600_000_000_000;
+
 fn node_header(name: &str, k: usize, config: &SimConfig) -> Header {
     Header {
         node: name.into(),
@@ -254,7 +257,9 @@ fn node_header(name: &str, k: usize, config: &SimConfig) -> Header {
             mac: None,
             addresses: vec![format!("{}/16", traffic::address(k))],
         }],
-        start_realtime_ns: 0,
+        // Wall-clock time at the start (monotonic BOOT_NS): 2026-01-01 00:00:00 UTC on every
+        // node (their realtime clocks agree, as NTP keeps them), so exports show plausible dates.
+        start_realtime_ns: SIM_EPOCH_REALTIME_NS,
         start_monotonic_ns: BOOT_NS as u64,
         options: AgentOptions {
             agent_version: format!("xtask simulate {}", env!("CARGO_PKG_VERSION")),
