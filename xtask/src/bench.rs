@@ -8,7 +8,7 @@
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use clap::{FromArgMatches, Subcommand};
+use clap::Subcommand;
 
 use crate::simulate::{self, ClockKind, SimConfig};
 
@@ -37,12 +37,6 @@ impl Args {
     }
 }
 
-/// A benchmark's options at their defaults, as if given no flag.
-fn defaults<T: clap::Args + FromArgMatches>() -> Result<T> {
-    let matches = T::augment_args(clap::Command::new("bench")).try_get_matches_from(["bench"])?;
-    Ok(T::from_arg_matches(&matches)?)
-}
-
 /// Runs both benchmarks and the simulator's accuracy check, and writes the combined report.
 fn all() -> Result<()> {
     if cfg!(debug_assertions) {
@@ -50,8 +44,8 @@ fn all() -> Result<()> {
         return rerun_in_release();
     }
     let root = crate::workspace_root();
-    defaults::<crate::bench_capture::Args>()?.run()?;
-    defaults::<crate::bench_analyze::Args>()?.run()?;
+    crate::defaults::<crate::bench_capture::Args>()?.run()?;
+    crate::defaults::<crate::bench_analyze::Args>()?.run()?;
     let capture = read_table(&root.join("target/bench/capture.md"))?;
     let analyze = read_table(&root.join("target/bench/analyze.md"))?;
     let accuracy = accuracy()?;
@@ -81,7 +75,7 @@ fn all() -> Result<()> {
 fn accuracy() -> Result<String> {
     let mut out = String::new();
     for clock in [ClockKind::Linear, ClockKind::Slewed, ClockKind::Curved] {
-        let mut config = defaults::<SimConfig>()?;
+        let mut config = crate::defaults::<SimConfig>()?;
         config.clock = clock;
         let dir = crate::workspace_root().join(format!("target/bench/simulate-{clock:?}"));
         let truth = simulate::simulate(&config, &dir)?;

@@ -230,8 +230,12 @@ pub fn record(args: &DemoArgs, skews: &[ClockSkew], out: &Path) -> anyhow::Resul
 pub struct NodeCheck {
     pub node: String,
     pub injected: ClockSkew,
-    /// The node's skew as recovered from its map onto node 0.
-    pub recovered_offset_ns: f64,
+    /// The node's clock minus node 0's at the middle of the pair's span: true and recovered (ns).
+    /// (The offset at time 0 — boot — is less telling: it extrapolates the drift over the
+    /// machine's whole uptime.)
+    pub true_offset_mid_ns: f64,
+    pub recovered_offset_mid_ns: f64,
+    /// The node's drift relative to node 0, as recovered from its map onto node 0.
     pub recovered_ppm: f64,
     pub quality: String,
     /// Estimated minus true time on the node's clock at the middle of the pair's span (ns).
@@ -305,9 +309,9 @@ fn check_node(sync: &SyncResult, k: usize, skew: ClockSkew) -> anyhow::Result<No
         .ok_or_else(|| anyhow::anyhow!("no pair between node-0 and node-{k}"))?;
     let trace = &sync.traces[k];
     // Trace k onto node 0: t_0 = drift·t_k + offset, so t_k = (t_0 − offset) / drift.
-    let (drift, offset) = (trace.map.drift, trace.map.offset_ns);
+    let drift = trace.map.drift;
     let truth = |t0: f64| t0 + skew.offset_ns as f64 + t0 * skew.drift_ppm * 1e-6;
-    let (mid_error_ns, interval) = match (pair.span, pair.estimate) {
+    let (true_offset_mid_ns, recovered_offset_mid_ns, interval) = match (pair.span, pair.estimate) {
         (Some((start, end)), Some(estimate)) => {
             let mid = start + (end - start) / 2;
             let t = truth(mid as f64);
@@ -316,17 +320,19 @@ fn check_node(sync: &SyncResult, k: usize, skew: ClockSkew) -> anyhow::Result<No
                 .as_ref()
                 .and_then(|curve| curve.at(mid))
                 .map(|(lo, hi)| (lo - t, hi - t));
-            (estimate.apply(mid as f64) - t, interval)
+            let mid = mid as f64;
+            (t - mid, estimate.apply(mid) - mid, interval)
         }
-        _ => (f64::NAN, None),
+        _ => (f64::NAN, f64::NAN, None),
     };
     Ok(NodeCheck {
         node: trace.name.clone(),
         injected: skew,
-        recovered_offset_ns: -offset / drift,
+        true_offset_mid_ns,
+        recovered_offset_mid_ns,
         recovered_ppm: (1.0 / drift - 1.0) * 1e6,
         quality: pair.quality.as_str().to_owned(),
-        mid_error_ns,
+        mid_error_ns: recovered_offset_mid_ns - true_offset_mid_ns,
         interval,
     })
 }
@@ -334,19 +340,22 @@ fn check_node(sync: &SyncResult, k: usize, skew: ClockSkew) -> anyhow::Result<No
 /// The per-node table the demo prints.
 pub fn table(checks: &[NodeCheck]) -> String {
     let mut out = String::from(
-        "| node | injected offset (ns) | recovered offset (ns) | injected drift (ppm) | \
-         recovered drift (ppm) | quality | error at middle (µs) | guaranteed interval around truth (µs) | truth inside |\n\
-         |---|---:|---:|---:|---:|---|---:|---|---|\n",
+        "| node | --clock-skew | true offset at middle (µs) | recovered offset at middle (µs) | \
+         true drift (ppm) | recovered drift (ppm) | quality | error at middle (µs) | \
+         guaranteed interval around truth (µs) | truth inside |\n\
+         |---|---|---:|---:|---:|---:|---|---:|---|---|\n",
     );
     for c in checks {
         let interval = c.interval.map_or("none".to_owned(), |(lo, hi)| {
             format!("[{:+.3}, {:+.3}]", lo * 1e-3, hi * 1e-3)
         });
         out.push_str(&format!(
-            "| {} | {} | {:.1} | {:.3} | {:.4} | {} | {:+.3} | {} | {} |\n",
+            "| {} | {},{} | {:.3} | {:.3} | {:.3} | {:.4} | {} | {:+.3} | {} | {} |\n",
             c.node,
             c.injected.offset_ns,
-            c.recovered_offset_ns,
+            c.injected.drift_ppm,
+            c.true_offset_mid_ns * 1e-3,
+            c.recovered_offset_mid_ns * 1e-3,
             c.injected.drift_ppm,
             c.recovered_ppm,
             c.quality,

@@ -123,3 +123,9 @@ pub fn workspace_root() -> std::path::PathBuf {
         .expect("xtask is inside the workspace")
         .to_owned()
 }
+
+/// A task's options at their defaults, as if given no flag (for tasks that run other tasks).
+pub fn defaults<T: clap::Args + clap::FromArgMatches>() -> anyhow::Result<T> {
+    let matches = T::augment_args(clap::Command::new("task")).try_get_matches_from(["task"])?;
+    Ok(T::from_arg_matches(&matches)?)
+}

@@ -1,4 +1,6 @@
-//! `cargo xtask test`: the project's test command (README, CI): setup, fmt, clippy, tests.
+//! `cargo xtask test`: the project's test command (README, CI): setup, fmt, clippy, the
+//! workspace's tests, then the end-to-end demo with random skews (real kernel, real traffic,
+//! every figure checked against the injected truth).
 use std::process::Command;
 
 use anyhow::Result;
@@ -10,6 +12,9 @@ pub struct Args {
     /// Do not run setup first.
     #[arg(long)]
     no_setup: bool,
+    /// Skip the end-to-end demo (it needs root and takes about a minute plus a release build).
+    #[arg(long)]
+    no_demo: bool,
     /// Extra arguments passed to `cargo test` (after `--`).
     #[arg(last = true)]
     test_args: Vec<String>,
@@ -35,6 +40,11 @@ impl Args {
         eprintln!("test: cargo test --workspace");
         run(Command::new(&cargo)
             .args(["test", "--workspace"])
-            .args(&self.test_args))
+            .args(&self.test_args))?;
+        if self.no_demo {
+            return Ok(());
+        }
+        eprintln!("test: cargo xtask demo (random skews)");
+        crate::defaults::<crate::demo::DemoArgs>()?.run()
     }
 }
