@@ -231,22 +231,11 @@ impl Agent {
     }
 
     /// Sends `signal` and waits for the exit; returns status, stdout and stderr.
-    fn stop_with(mut self, signal: i32) -> (ExitStatus, String, String) {
-        let mut child = self.child.take().unwrap();
+    fn stop_with(self, signal: i32) -> (ExitStatus, String, String) {
+        let pid = self.child.as_ref().unwrap().id();
         // SAFETY: signalling our own child process.
-        unsafe { libc::kill(child.id() as i32, signal) };
-        let status = child.wait().unwrap();
-        let mut out = String::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
-        while let Ok(line) = self.stderr.recv_timeout(Duration::from_millis(200)) {
-            self.stderr_seen.push(line);
-        }
-        (status, out, self.stderr_seen.join("\n"))
+        unsafe { libc::kill(pid as i32, signal) };
+        self.stop_exited()
     }
 }
 
@@ -691,7 +680,7 @@ fn full_disk_is_reported_and_the_file_stays_readable() {
 }
 
 impl Agent {
-    /// Collects the output of an agent that already exited.
+    /// Waits for the agent to exit (by itself, or signalled by `stop_with`) and collects its output.
     fn stop_exited(mut self) -> (ExitStatus, String, String) {
         let mut child = self.child.take().unwrap();
         let status = child.wait().unwrap();

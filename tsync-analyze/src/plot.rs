@@ -512,34 +512,35 @@ fn draw_sync<DB: DrawingBackend>(
         }
         s
     };
-    chart
-        .draw_series(
-            ab.iter()
-                .map(|&p| Circle::new(p, 2, AB_COLOR.mix(0.6).filled())),
-        )
-        .map_err(err)?
-        .label(direction_label(
-            a,
-            b,
+    let directions = [
+        (
+            &ab,
+            AB_COLOR,
+            (a, b),
             plot.ab.len(),
             plot.counts.map(|c| c.0),
             ab_out,
-        ))
-        .legend(|(x, y)| Circle::new((x + 10, y), 4, AB_COLOR.filled()));
-    chart
-        .draw_series(
-            ba.iter()
-                .map(|&p| Circle::new(p, 2, BA_COLOR.mix(0.6).filled())),
-        )
-        .map_err(err)?
-        .label(direction_label(
-            b,
-            a,
+        ),
+        (
+            &ba,
+            BA_COLOR,
+            (b, a),
             plot.ba.len(),
             plot.counts.map(|c| c.1),
             ba_out,
-        ))
-        .legend(|(x, y)| Circle::new((x + 10, y), 4, BA_COLOR.filled()));
+        ),
+    ];
+    for (points, color, (from, to), n, total, out) in directions {
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|&p| Circle::new(p, 2, color.mix(0.6).filled())),
+            )
+            .map_err(err)?
+            .label(direction_label(from, to, n, total, out))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
+    }
 
     let hulls = [
         (

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+mod common;
+use common::{epoch_ns, tshark};
 use tsync_analyze::synth::{Clock, DelayTail, Workload};
 use tsync_common::format::{Footer, Header, TraceWriter};
 use tsync_common::{ETH_P_IP, IPPROTO_TCP, PacketEvent, direction, kind, tcp_flag};
@@ -355,31 +358,6 @@ fn eval_on_trace_files_counts_every_message() {
 
 // ---------------------------------------------------------------------------------------------
 // Exports
-
-fn tshark(args: &[&str]) -> String {
-    let out = Command::new("tshark")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "tshark is needed to check the pcapng export but could not be run ({e}): install \
-             Debian's `tshark` package (apt-get install -y tshark)"
-            )
-        });
-    assert!(
-        out.status.success(),
-        "tshark {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// "1700000000.000001030" → ns.
-fn epoch_ns(s: &str) -> i128 {
-    let (secs, frac) = s.split_once('.').unwrap_or((s, "0"));
-    let frac = format!("{frac:0<9}");
-    secs.parse::<i128>().unwrap() * 1_000_000_000 + frac[..9].parse::<i128>().unwrap()
-}
 
 /// Reads a pcapng export back with tshark: per packet its interface, time and comment, and
 /// checks the contract: one packet per event, one interface per node, and every receive

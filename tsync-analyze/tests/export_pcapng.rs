@@ -6,7 +6,8 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Command;
+mod common;
+use common::{epoch_ns, tshark};
 use tsync_analyze::export::{ExportEvent, ExportFormat, ExportOptions, PeerRef, exporter};
 use tsync_common::{
     ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP, PacketEvent, direction, kind, tcp_flag,
@@ -172,31 +173,6 @@ fn write_export(path: &Path) -> Vec<(usize, u64, i64, Option<usize>)> {
     }
     sink.finish().unwrap();
     written
-}
-
-fn tshark(args: &[&str]) -> String {
-    let out = Command::new("tshark")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "tshark is needed to check the pcapng export but could not be run ({e}): install \
-             Debian's `tshark` package (apt-get install -y tshark)"
-            )
-        });
-    assert!(
-        out.status.success(),
-        "tshark {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Parses tshark's `frame.time_epoch` ("1700000000.000001030") into integer ns.
-fn epoch_ns(s: &str) -> i128 {
-    let (secs, frac) = s.split_once('.').unwrap_or((s, "0"));
-    let frac = format!("{frac:0<9}");
-    secs.parse::<i128>().unwrap() * 1_000_000_000 + frac[..9].parse::<i128>().unwrap()
 }
 
 #[test]

@@ -53,7 +53,7 @@ fn all() -> Result<()> {
         "# tsync benchmarks\n\n\
          Machine: {}.\n\
          Commit: {}. Every ratio compares figures measured in the same run.\n\n\
-         ## Capture overhead (`cargo xtask bench capture`)\n\n{capture}\n\n\
+         {capture}\n\n\
          {analyze}\n\n\
          ## Accuracy on simulated clocks (`cargo xtask simulate --check`)\n\n\
          4 nodes, 60 s, 50 exchanges/s per connection, one-way delays ≥ 30 µs (±5 µs \

@@ -1,0 +1,30 @@
+//! Helpers shared by the integration tests that read exports back with tshark.
+
+use std::process::Command;
+
+/// Runs tshark and returns its stdout. tshark missing is a failure, not a skip: a green run must
+/// mean the export was checked (`cargo xtask setup` installs it).
+pub fn tshark(args: &[&str]) -> String {
+    let out = Command::new("tshark")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "tshark is needed to check the pcapng export but could not be run ({e}): install \
+                 Debian's `tshark` package (apt-get install -y tshark)"
+            )
+        });
+    assert!(
+        out.status.success(),
+        "tshark {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Parses tshark's `frame.time_epoch` ("1700000000.000001030") into integer ns.
+pub fn epoch_ns(s: &str) -> i128 {
+    let (secs, frac) = s.split_once('.').unwrap_or((s, "0"));
+    let frac = format!("{frac:0<9}");
+    secs.parse::<i128>().unwrap() * 1_000_000_000 + frac[..9].parse::<i128>().unwrap()
+}
