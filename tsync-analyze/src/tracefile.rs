@@ -54,9 +54,9 @@ struct Stream {
     path: PathBuf,
     trace: u32,
     /// Unbuffered: the reader asks for whole chunks (hundreds of KiB), which the kernel copies
-    /// straight into the reader's buffer; a `BufReader` would only add a copy.
+    /// straight into the reader's event buffer; a `BufReader` would only add a copy. The events
+    /// are used in place there (`reader.current_events()[pos..]`).
     reader: TraceReader<File>,
-    events: Vec<PacketEvent>,
     pos: usize,
     /// Events consumed (index of the next one in file order).
     index: u64,
@@ -71,19 +71,12 @@ struct Stream {
 impl Stream {
     /// Loads the next chunk; false at the end.
     fn refill(&mut self) -> Result<bool, InputError> {
-        let chunk = self
+        let more = self
             .reader
             .next_events()
-            .map_err(|e| trace_error(&self.path, e))?;
-        let more = match chunk {
-            Some(ev) => {
-                self.events.clear();
-                self.events.extend_from_slice(ev);
-                self.pos = 0;
-                true
-            }
-            None => false,
-        };
+            .map_err(|e| trace_error(&self.path, e))?
+            .is_some();
+        self.pos = 0;
         let samples = self.reader.clock_samples();
         if samples.len() > self.samples_used {
             let s = samples[samples.len() - 1];
@@ -123,7 +116,6 @@ pub fn match_files<S: MessageSink + ?Sized>(
             path: s.path.clone(),
             trace: s.first_trace,
             reader,
-            events: Vec::new(),
             pos: 0,
             index: 0,
             shift,
@@ -135,8 +127,12 @@ pub fn match_files<S: MessageSink + ?Sized>(
     }
     let mut heap = BinaryHeap::with_capacity(streams.len());
     for (i, st) in streams.iter_mut().enumerate() {
-        if st.refill()? {
-            heap.push(Reverse((st.aligned(&st.events[0]), i)));
+        // (An event chunk may be empty: look for the first event.)
+        while st.refill()? {
+            if let Some(first) = st.reader.current_events().first() {
+                heap.push(Reverse((st.aligned(first), i)));
+                break;
+            }
         }
     }
     // The merge need not be exact: a key waits a whole window, so a stream may run ahead of the
@@ -151,20 +147,22 @@ pub fn match_files<S: MessageSink + ?Sized>(
             .map_or(i64::MAX, |r| r.0.0.saturating_add(slack));
         let st = &mut streams[i];
         loop {
-            if st.pos == st.events.len() {
-                progress(st.events.len() as u64 * tsync_common::EVENT_SIZE as u64);
+            let events = st.reader.current_events();
+            if st.pos == events.len() {
+                progress(events.len() as u64 * tsync_common::EVENT_SIZE as u64);
                 if !st.refill()? {
                     break;
                 }
+                continue;
             }
-            let e = &st.events[st.pos];
+            let e = &events[st.pos];
             let aligned = st.aligned(e);
             if aligned > limit {
                 heap.push(Reverse((aligned, i)));
                 break;
             }
             st.pos += 1;
-            if let Some(ahead) = st.events.get(st.pos + PREFETCH_DISTANCE) {
+            if let Some(ahead) = events.get(st.pos + PREFETCH_DISTANCE) {
                 matcher.prefetch(ahead);
             }
             let index = st.index;

@@ -3,7 +3,7 @@
 //! Generates deterministic workloads (tsync-analyze's `synth`): 10⁷ messages between 2 traces,
 //! 10⁶ among 16 traces, and 10⁶ between 2 traces (to show that memory does not grow with trace
 //! length), each as a text message file and as agent trace files. Runs the release binary on each
-//! as a child process, one at a time, and reads its peak RSS from `wait4`. Baselines measured in
+//! as a child process, one at a time, and reads its peak RSS from `wait4` (see [`measure`]). Baselines measured in
 //! the same run: reading the files (`cat > /dev/null`) and `tsync-analyze messages` (parse, match
 //! and print without any geometry). Prints a Markdown table and writes it to
 //! `target/bench/analyze.md`.
@@ -81,37 +81,83 @@ struct Measure {
 }
 
 /// Runs a command with stdout to /dev/null and returns its wall time and peak RSS.
+///
+/// Through the hidden `xtask peak-rss` helper, because a child's `ru_maxrss` starts from the peak
+/// RSS of the process that spawned it: Linux carries the old address space's high-water mark
+/// across `exec`, and `posix_spawn` children run in their parent's address space until then. This
+/// process may have grown large (it generates the inputs), the freshly started helper has not, so
+/// its children report their own peak (plus a floor of the helper's size: see [`floor`]).
 fn measure(program: &Path, args: &[PathBuf], pre: &[&str]) -> Result<Measure> {
-    let mut cmd = Command::new(program);
-    cmd.args(pre)
+    let out = Command::new(std::env::current_exe()?)
+        .arg("peak-rss")
+        .arg(program)
+        .args(pre)
         .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let start = Instant::now();
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("running {}", program.display()))?;
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: rusage is plain old data; wait4 fills it for our own child.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    let seconds = start.elapsed().as_secs_f64();
-    if r != pid {
-        bail!("wait4 failed: {}", std::io::Error::last_os_error());
+        .stdin(Stdio::null())
+        .output()
+        .context("running the peak-rss helper")?;
+    if !out.status.success() {
+        bail!(
+            "{} {:?} failed: {}",
+            program.display(),
+            pre,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
-        let mut err = String::new();
-        if let Some(mut e) = child.stderr {
-            use std::io::Read;
-            let _ = e.read_to_string(&mut err);
-        }
-        bail!("{} {:?} failed: {err}", program.display(), pre);
-    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut words = text.split_whitespace();
+    let (Some(seconds), Some(kib)) = (words.next(), words.next()) else {
+        bail!("peak-rss printed {text:?}");
+    };
     Ok(Measure {
-        seconds,
-        max_rss_kib: usage.ru_maxrss,
+        seconds: seconds.parse()?,
+        max_rss_kib: kib.parse()?,
     })
+}
+
+/// The peak RSS the helper reports for a program that does nothing (`true`): the floor under
+/// every figure of the table.
+fn floor() -> Result<f64> {
+    Ok(measure(Path::new("true"), &[], &[])?.max_rss_kib as f64 / 1024.0)
+}
+
+/// `xtask peak-rss PROGRAM [ARGS...]`: runs PROGRAM with stdout to /dev/null and prints its wall
+/// time (s) and peak RSS (KiB), read from `wait4`. Used by the benchmarks, not by people.
+#[derive(clap::Args)]
+pub struct PeakRss {
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<std::ffi::OsString>,
+}
+
+impl PeakRss {
+    pub fn run(self) -> Result<()> {
+        let (program, args) = self.command.split_first().expect("required by clap");
+        let start = Instant::now();
+        let child = Command::new(program)
+            .args(args)
+            .stdout(Stdio::null())
+            .spawn()
+            .with_context(|| format!("running {}", program.to_string_lossy()))?;
+        let pid = child.id() as libc::pid_t;
+        let mut status = 0;
+        // SAFETY: rusage is plain old data; wait4 fills it for our own child.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        let seconds = start.elapsed().as_secs_f64();
+        if r != pid {
+            bail!("wait4 failed: {}", std::io::Error::last_os_error());
+        }
+        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+            use std::os::unix::process::ExitStatusExt;
+            bail!(
+                "{} failed: {}",
+                program.to_string_lossy(),
+                std::process::ExitStatus::from_raw(status)
+            );
+        }
+        println!("{seconds} {}", usage.ru_maxrss);
+        Ok(())
+    }
 }
 
 /// Baseline: only reading and decoding the inputs (text lines parsed into messages, trace-file
@@ -218,12 +264,17 @@ fn analyze(scale: f64, regenerate: bool, baseline: Option<&Path>) -> Result<()> 
                 .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    let note = baseline.map_or(String::new(), |b| {
-        format!(
+    let mut note = format!(
+        "Peak RSS from `wait4`; a program that does nothing (`true`) measures {:.1} MiB the same \
+         way.\n\n",
+        floor()?
+    );
+    if let Some(b) = baseline {
+        note += &format!(
             "Baseline: `{}`, run right after the current binary on each row.\n\n",
             b.display()
-        )
-    });
+        );
+    }
     let mut out = format!(
         "## `tsync-analyze sync` throughput (one core, {cpu})\n\n\
          Rates in millions of messages per second. Baselines from the same run: `cat` reads the \

@@ -52,6 +52,9 @@ tasks! {
         Demo(demo::DemoArgs),
         /// Benchmarks (not timed tests): both with no subcommand, and one report.
         Bench(bench::Args),
+        /// Runs a program and prints its wall time and peak RSS (a helper of the benchmarks).
+        #[command(hide = true)]
+        PeakRss(bench_analyze::PeakRss),
     }
 }
 
