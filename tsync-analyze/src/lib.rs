@@ -12,6 +12,7 @@
 //!   draws a run's plots ([`plot`]).
 
 pub mod accuracy;
+mod alignment;
 pub mod corridor;
 pub mod error;
 pub mod exchange;

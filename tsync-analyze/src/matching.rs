@@ -81,6 +81,11 @@ impl MatchStats {
     }
 }
 
+/// The hash of `e`'s packet key (both ends of a packet hash alike): for sampling keys.
+pub(crate) fn key_hash(e: &PacketEvent) -> u64 {
+    Key::of(e).hash()
+}
+
 /// The fields that identify a packet (LTTV's segment key, plus the UDP fields and the kind).
 ///
 /// They are bytes 16..80 of the [`PacketEvent`] record — addresses, EtherType, IP total length,

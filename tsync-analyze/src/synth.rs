@@ -286,7 +286,9 @@ impl Workload {
                         realtime_ns: REALTIME_BASE_NS + t as i64,
                         tsc: 0,
                     };
-                    if let Err(e) = w.write_clock_sample(sample) {
+                    // Flushed at once, as the agent does: a reader then aligns each part of
+                    // the file with the sample taken during it.
+                    if let Err(e) = w.write_clock_sample(sample).and_then(|()| w.flush()) {
                         error = Some(e);
                         return;
                     }

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use tsync_common::format::{FormatError, TraceReader};
 use tsync_common::{PacketEvent, direction};
 
+use crate::alignment::SampleInput;
 use crate::error::InputError;
 use crate::input::Source;
 use crate::matching::{MatchOptions, MatchStats, Matcher};
@@ -62,7 +63,8 @@ struct Stream {
     index: u64,
     /// realtime − monotonic, ns.
     shift: i64,
-    samples_used: usize,
+    /// Added to `shift` on the merge axis: the coarse alignment of this node's realtime clock.
+    coarse: i64,
     last_ts: i64,
     out_of_order: u64,
     invalid: u64,
@@ -77,18 +79,45 @@ impl Stream {
             .map_err(|e| trace_error(&self.path, e))?
             .is_some();
         self.pos = 0;
-        let samples = self.reader.clock_samples();
-        if samples.len() > self.samples_used {
-            let s = samples[samples.len() - 1];
-            self.shift = s.realtime_ns.wrapping_sub(s.monotonic_ns as i64);
-            self.samples_used = samples.len();
-        }
+        self.shift = latest_shift(&self.reader, self.shift);
         Ok(more)
     }
 
     #[inline]
     fn aligned(&self, e: &PacketEvent) -> i64 {
-        (e.ts_ns as i64).saturating_add(self.shift)
+        (e.ts_ns as i64).saturating_add(self.shift + self.coarse)
+    }
+}
+
+/// realtime − monotonic at the start of a recording (before its first clock sample).
+pub(crate) fn start_shift(h: &TraceHeader) -> i64 {
+    h.start_realtime_ns
+        .wrapping_sub(h.start_monotonic_ns as i64)
+}
+
+/// realtime − monotonic from the latest clock sample `reader` has read, else `previous`.
+pub(crate) fn latest_shift<R: std::io::Read>(reader: &TraceReader<R>, previous: i64) -> i64 {
+    reader.clock_samples().last().map_or(previous, |s| {
+        s.realtime_ns.wrapping_sub(s.monotonic_ns as i64)
+    })
+}
+
+/// True when every trace comes from one boot of one host (namespaces of one machine): their
+/// realtime clocks are one clock, so there is nothing to align.
+fn same_host(streams: &[Stream]) -> bool {
+    let id = |st: &Stream| st.reader.header().boot_id.clone();
+    streams.first().is_some_and(|first| {
+        let b = id(first);
+        !b.is_empty() && streams.iter().all(|st| id(st) == b)
+    })
+}
+
+fn node_name(st: &Stream) -> String {
+    let node = &st.reader.header().node;
+    if node.is_empty() {
+        st.path.display().to_string()
+    } else {
+        node.clone()
     }
 }
 
@@ -108,10 +137,7 @@ pub fn match_files<S: MessageSink + ?Sized>(
     for s in sources {
         let file = File::open(&s.path).map_err(|e| InputError::io(&s.path, e))?;
         let reader = TraceReader::new(file).map_err(|e| trace_error(&s.path, e))?;
-        let h = reader.header();
-        let shift = h
-            .start_realtime_ns
-            .wrapping_sub(h.start_monotonic_ns as i64);
+        let shift = start_shift(reader.header());
         streams.push(Stream {
             path: s.path.clone(),
             trace: s.first_trace,
@@ -119,11 +145,26 @@ pub fn match_files<S: MessageSink + ?Sized>(
             pos: 0,
             index: 0,
             shift,
-            samples_used: 0,
+            coarse: 0,
             last_ts: i64::MIN,
             out_of_order: 0,
             invalid: 0,
         });
+    }
+    let mut warnings = Vec::new();
+    if !same_host(&streams) {
+        let files: Vec<SampleInput<'_>> = streams
+            .iter()
+            .map(|st| SampleInput {
+                path: &st.path,
+                name: node_name(st),
+            })
+            .collect();
+        let alignment = crate::alignment::estimate(&files);
+        for (st, c) in streams.iter_mut().zip(alignment.corrections_ns) {
+            st.coarse = c;
+        }
+        warnings = alignment.warnings;
     }
     let mut heap = BinaryHeap::with_capacity(streams.len());
     for (i, st) in streams.iter_mut().enumerate() {
@@ -183,6 +224,7 @@ pub fn match_files<S: MessageSink + ?Sized>(
         }
     }
     let mut stats = matcher.finish(sink);
+    stats.warnings.extend(warnings);
     for st in &streams {
         let name = st.path.display();
         if let Some(d) = st.reader.damage() {

@@ -40,9 +40,9 @@ impl MessageSink for Collect {
     }
 }
 
-#[test]
-fn trace_files_synchronize_nodes_booted_hours_apart() {
-    let clocks = vec![
+/// Three nodes booted hours apart, with drifts of +120, −80 and +10 ppm.
+fn booted_hours_apart() -> Vec<Clock> {
+    vec![
         Clock {
             offset_ns: 5_000e9,
             drift_ppm: 120.0,
@@ -55,7 +55,25 @@ fn trace_files_synchronize_nodes_booted_hours_apart() {
             offset_ns: 3e9,
             drift_ppm: 10.0,
         },
-    ];
+    ]
+}
+
+/// Every pair accurate, with the true mapping inside the guaranteed interval at every hull point.
+fn assert_accurate_around_the_truth(r: &sync::SyncResult, clocks: &[Clock]) {
+    for p in &r.pairs {
+        assert_eq!(p.quality, Quality::Accurate);
+        let acc = p.accuracy.as_ref().unwrap();
+        let (ca, cb) = (clocks[p.a as usize], clocks[p.b as usize]);
+        for pt in &acc.points {
+            let truth = ca.map_to(&cb, pt.t_a as f64);
+            assert!(pt.lo - 1e-3 <= truth && truth <= pt.hi + 1e-3);
+        }
+    }
+}
+
+#[test]
+fn trace_files_synchronize_nodes_booted_hours_apart() {
+    let clocks = booted_hours_apart();
     let w = workload(clocks.clone(), 20_000);
     let dir = tempfile::tempdir().unwrap();
     let paths = w.write_traces(dir.path()).unwrap();
@@ -68,15 +86,7 @@ fn trace_files_synchronize_nodes_booted_hours_apart() {
         0
     );
     assert_eq!(r.matching.out_of_order, 0);
-    for p in &r.pairs {
-        assert_eq!(p.quality, Quality::Accurate);
-        let acc = p.accuracy.as_ref().unwrap();
-        let (ca, cb) = (clocks[p.a as usize], clocks[p.b as usize]);
-        for pt in &acc.points {
-            let truth = ca.map_to(&cb, pt.t_a as f64);
-            assert!(pt.lo - 1e-3 <= truth && truth <= pt.hi + 1e-3);
-        }
-    }
+    assert_accurate_around_the_truth(&r, &clocks);
     // Same messages as the text route, and the same result.
     let mut text = Vec::new();
     w.write_text(&mut text).unwrap();
@@ -223,4 +233,65 @@ fn a_text_file_is_not_mistaken_for_a_trace_and_vice_versa() {
     std::fs::write(&bad, b"TSYNCTRC\x01\x00").unwrap();
     let e = InputSet::open(&[&bad]).unwrap_err().to_string();
     assert!(e.contains("cut.trace"), "{e}");
+}
+
+/// Rewrites a trace file as if its node's realtime clock had been `delta_ns` off.
+fn shift_realtime(path: &Path, delta_ns: i64) {
+    let mut r = tsync_common::format::TraceReader::open(path).unwrap();
+    let mut header = r.header().clone();
+    header.start_realtime_ns += delta_ns;
+    let mut events = Vec::new();
+    while let Some(chunk) = r.next_events().unwrap() {
+        events.extend_from_slice(chunk);
+    }
+    let samples: Vec<ClockSample> = r
+        .clock_samples()
+        .iter()
+        .map(|s| ClockSample {
+            realtime_ns: s.realtime_ns + delta_ns,
+            ..*s
+        })
+        .collect();
+    let footer = r.footer().cloned().unwrap();
+    drop(r);
+    let mut w = TraceWriter::create(path, &header).unwrap();
+    // Interleaved as the agent writes them: a sample, then the events up to the next one.
+    let mut rest = &events[..];
+    for (i, s) in samples.iter().enumerate() {
+        w.write_clock_sample(*s).unwrap();
+        let next = samples.get(i + 1).map_or(u64::MAX, |n| n.monotonic_ns);
+        let k = rest.partition_point(|e| e.ts_ns < next);
+        w.write_events(&rest[..k]).unwrap();
+        rest = &rest[k..];
+    }
+    w.write_events(rest).unwrap();
+    w.finish(&footer).unwrap();
+}
+
+#[test]
+fn nodes_whose_realtime_clocks_disagree_by_seconds_or_years_still_match() {
+    let clocks = booted_hours_apart();
+    let w = workload(clocks.clone(), 20_000);
+    let dir = tempfile::tempdir().unwrap();
+    let paths = w.write_traces(dir.path()).unwrap();
+    // node1 without NTP, 7.5 s fast; node2 a board without a real-time clock, back in 1970.
+    shift_realtime(&paths[1], 7_500_000_000);
+    shift_realtime(&paths[2], -1_767_225_600_000_000_000);
+    let inputs = InputSet::open(&paths).unwrap();
+    let r = sync::run(&inputs, &SyncOptions::default(), &mut |_| {}).unwrap();
+    assert_eq!(r.matching.matched, 20_000, "{:?}", r.matching);
+    assert_eq!(r.matching.unmatched + r.matching.ambiguous, 0);
+    assert_accurate_around_the_truth(&r, &clocks);
+    // The user is told which clocks were off, and by how much.
+    let said = r.matching.warnings.join("\n");
+    assert!(
+        said.contains("node1: its realtime clock is about 7.500 s"),
+        "{said}"
+    );
+    assert!(said.contains("ahead of node0"), "{said}");
+    assert!(
+        said.contains("node2: its realtime clock is about 1767225600.000 s"),
+        "{said}"
+    );
+    assert!(said.contains("behind node0"), "{said}");
 }
