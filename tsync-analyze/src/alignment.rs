@@ -22,12 +22,13 @@ use crate::matching::key_hash;
 use crate::tracefile::{latest_shift, start_shift};
 
 /// Events read from the start of the files, all together (split evenly, at least
-/// [`MIN_EVENTS_PER_FILE`] each): some 30 ms of reading.
-const EVENT_BUDGET: u64 = 1 << 20;
-const MIN_EVENTS_PER_FILE: u64 = 1 << 15;
+/// [`MIN_EVENTS_PER_FILE`] each): 20 MiB, a few percent of a large analysis. Two nodes
+/// exchanging 10 000 packets/s each way overlap in these if their agents started within 6 s.
+const EVENT_BUDGET: u64 = 1 << 18;
+const MIN_EVENTS_PER_FILE: u64 = 1 << 14;
 /// One key in 2^SAMPLE_BITS is kept (by hash, so that both ends of a packet are kept or neither):
-/// at most 2^17 keys, a few MiB.
-const SAMPLE_BITS: u32 = 3;
+/// some 2^16 keys, a few MiB.
+const SAMPLE_BITS: u32 = 2;
 /// Matched samples a direction needs to be trusted.
 const MIN_SAMPLES: usize = 8;
 /// Disagreements below this are left to the window (and left alone, so that well-synchronized
