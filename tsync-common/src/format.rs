@@ -130,9 +130,12 @@ pub struct ClockSample {
 /// Events the kernel could not put into the ring buffer, cumulative since the start.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct LostCounts {
+    /// Send events lost: ring buffer full or headers unreadable (per CPU below), plus the runs
+    /// the kernel skipped because the program was already running on that CPU (no CPU known).
     pub send: u64,
+    /// Receive events lost, counted like `send`.
     pub recv: u64,
-    /// Per CPU: `[send, recv]`.
+    /// Per CPU: `[send, recv]` (the in-kernel counters only).
     pub per_cpu: Vec<[u64; 2]>,
 }
 

@@ -2,10 +2,12 @@
 //!
 //! Two network namespaces joined by a veth pair; iperf3 blasts traffic across it, once with no
 //! agent and once with one agent per namespace, for TCP (GSO super-packets) and small UDP datagrams
-//! (many packets). Reported per run: packets/s and Gbit/s on the link (veth counters), events/s
-//! written, events lost, and the in-kernel cost per hook run and per written event from the
-//! kernel's own BPF statistics (`kernel.bpf_stats_enabled`: run_time_ns / run_cnt). Ratios are
-//! against the no-agent baseline of the same traffic in the same run. Needs root.
+//! (many packets), and once with a single `--all-netns` agent, whose every hook run records (its
+//! cost per run is the cost of one recorded event). Reported per run: packets/s and Gbit/s on the
+//! link (veth counters), events/s written, events lost, and the in-kernel cost per hook run and per
+//! written event from the kernel's own BPF statistics (`kernel.bpf_stats_enabled`: run_time_ns /
+//! run_cnt). Ratios are against the no-agent baseline of the same traffic in the same run. Needs
+//! root.
 use std::{
     collections::BTreeSet,
     fmt::Write as _,
@@ -55,6 +57,26 @@ const SCENARIOS: &[Scenario] = &[
         iperf_args: &["-u", "-b", "0", "-l", "64"],
     },
 ];
+
+/// Which agents record during a run.
+#[derive(Clone, Copy, PartialEq)]
+enum Agents {
+    None,
+    /// One agent in each namespace (the default filter): the deployment the demo uses.
+    PerNamespace,
+    /// One agent with `--all-netns` in the first namespace: every hook run records.
+    OneAllNetns,
+}
+
+impl Agents {
+    fn label(self) -> &'static str {
+        match self {
+            Agents::None => "none",
+            Agents::PerNamespace => "2 (one per namespace)",
+            Agents::OneAllNetns => "1 (`--all-netns`)",
+        }
+    }
+}
 
 /// What one run measured.
 #[derive(Default, Clone)]
@@ -108,17 +130,21 @@ impl Args {
         let _stats = BpfStats::enable()?;
         let mut rows = Vec::new();
         for (i, scenario) in SCENARIOS.iter().enumerate() {
-            eprintln!("bench: {} without agents", scenario.name);
-            let base = self.measure(&link, scenario, None)?;
-            eprintln!("bench: {} with an agent per namespace", scenario.name);
             let traces = [0, 1].map(|n| out_dir.join(format!("capture-{i}-{n}.trace")));
-            let with = self.measure(&link, scenario, Some((&agent, &traces)))?;
+            let mut runs = Vec::new();
+            for agents in [Agents::None, Agents::PerNamespace, Agents::OneAllNetns] {
+                eprintln!("bench: {}, agents: {}", scenario.name, agents.label());
+                runs.push((
+                    agents,
+                    self.measure(&link, scenario, agents, &agent, &traces)?,
+                ));
+            }
             if !self.keep_traces {
                 for t in &traces {
                     let _ = fs::remove_file(t);
                 }
             }
-            rows.push((scenario.name, base, with));
+            rows.push((scenario.name, runs));
         }
         let table = self.table(&rows);
         println!("{table}");
@@ -128,18 +154,32 @@ impl Args {
         Ok(())
     }
 
-    /// One iperf3 run; with agents when `agents` gives the binary and the two trace paths.
+    /// One iperf3 run with the given agents (binary `bin`, writing to `traces`).
     fn measure(
         &self,
         link: &Link,
         scenario: &Scenario,
-        agents: Option<(&Path, &[PathBuf; 2])>,
+        agents: Agents,
+        bin: &Path,
+        traces: &[PathBuf; 2],
     ) -> Result<Measure> {
         let before_ids = our_program_ids()?;
         let mut running = Vec::new();
-        if let Some((bin, traces)) = agents {
-            for (ns, trace) in link.ns.iter().zip(traces) {
-                running.push(Agent::start(bin, ns, trace, self.ring_size)?);
+        match agents {
+            Agents::None => {}
+            Agents::PerNamespace => {
+                for (ns, trace) in link.ns.iter().zip(traces) {
+                    running.push(Agent::start(bin, ns, trace, self.ring_size, false)?);
+                }
+            }
+            Agents::OneAllNetns => {
+                running.push(Agent::start(
+                    bin,
+                    &link.ns[0],
+                    &traces[0],
+                    self.ring_size,
+                    true,
+                )?);
             }
         }
         let mut server = Command::new("ip")
@@ -190,7 +230,7 @@ impl Args {
             link_bytes: counters_after.1 - counters_before.1,
             ..Measure::default()
         };
-        if agents.is_some() {
+        if agents != Agents::None {
             // The programs' statistics must be read while they are still loaded.
             for p in bpf_programs()? {
                 if !before_ids.contains(&p.id) {
@@ -207,7 +247,7 @@ impl Args {
         Ok(m)
     }
 
-    fn table(&self, rows: &[(&str, Measure, Measure)]) -> String {
+    fn table(&self, rows: &[(&str, Vec<(Agents, Measure)>)]) -> String {
         let mut t = String::new();
         let _ = writeln!(
             t,
@@ -229,33 +269,43 @@ impl Args {
             "| traffic | agents | link packets/s | link Gbit/s | vs. no agent | events/s written | events lost | BPF ns per hook run | BPF ns per event |"
         );
         let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
-        for (name, base, with) in rows {
-            let _ = writeln!(
-                t,
-                "| {name} | none | {:.0} | {:.2} | 1.00 | – | – | – | – |",
-                base.pps(),
-                base.gbps()
-            );
-            let per_run = with.bpf_run_time_ns as f64 / with.bpf_runs.max(1) as f64;
-            let per_event = with.bpf_run_time_ns as f64 / with.events.max(1) as f64;
-            let _ = writeln!(
-                t,
-                "| {name} | 2 | {:.0} | {:.2} | {:.2} | {:.0} | {} | {:.0} | {:.0} |",
-                with.pps(),
-                with.gbps(),
-                with.pps() / base.pps().max(1.0),
-                with.events as f64 / with.seconds,
-                with.lost,
-                per_run,
-                per_event
-            );
+        for (name, runs) in rows {
+            let base_pps = runs[0].1.pps().max(1.0);
+            for (agents, m) in runs {
+                let label = agents.label();
+                if *agents == Agents::None {
+                    let _ = writeln!(
+                        t,
+                        "| {name} | {label} | {:.0} | {:.2} | 1.00 | – | – | – | – |",
+                        m.pps(),
+                        m.gbps()
+                    );
+                    continue;
+                }
+                let per_run = m.bpf_run_time_ns as f64 / m.bpf_runs.max(1) as f64;
+                let per_event = m.bpf_run_time_ns as f64 / m.events.max(1) as f64;
+                let _ = writeln!(
+                    t,
+                    "| {name} | {label} | {:.0} | {:.2} | {:.2} | {:.0} | {} | {:.0} | {:.0} |",
+                    m.pps(),
+                    m.gbps(),
+                    m.pps() / base_pps,
+                    m.events as f64 / m.seconds,
+                    m.lost,
+                    per_run,
+                    per_event
+                );
+            }
         }
         let _ = writeln!(
             t,
-            "\nLink packets count both directions at one veth end. Each agent's programs run for \
-             every packet of the host (the namespace filter is in the program), so a packet costs \
-             4 hook runs (send and receive, in two agents) and yields 2 events. \"BPF ns per \
-             event\" is all in-kernel time divided by the events written."
+            "\nLink packets count both directions at one veth end. An agent's programs run for \
+             every packet of the host (the namespace filter is in the program): with one agent \
+             per namespace a packet costs 4 hook runs (send and receive, in two agents) of which \
+             2 record; with one `--all-netns` agent, 2 hook runs that both record, so its \
+             \"BPF ns per hook run\" is the cost of one recorded event. \"BPF ns per event\" \
+             is all in-kernel time divided by the events written. The kernel's statistics add \
+             their own clock reads to every run."
         );
         t
     }
@@ -386,12 +436,21 @@ struct Agent {
 }
 
 impl Agent {
-    fn start(bin: &Path, ns: &str, trace: &Path, ring_size: Option<u64>) -> Result<Self> {
+    fn start(
+        bin: &Path,
+        ns: &str,
+        trace: &Path,
+        ring_size: Option<u64>,
+        all_netns: bool,
+    ) -> Result<Self> {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", ns])
             .arg(bin)
             .args(["record", "-o"]);
         cmd.arg(trace);
+        if all_netns {
+            cmd.arg("--all-netns");
+        }
         if let Some(size) = ring_size {
             cmd.args(["--ring-size", &size.to_string()]);
         }
