@@ -86,6 +86,8 @@ struct Measure {
     link_bytes: u64,
     events: u64,
     lost: u64,
+    /// CPU time the agents spent in user space and in system calls while recording.
+    agent_cpu_s: f64,
     bpf_runs: u64,
     bpf_run_time_ns: u64,
 }
@@ -239,6 +241,7 @@ impl Args {
                 }
             }
             for agent in running {
+                m.agent_cpu_s += agent.cpu_seconds()?;
                 let (events, lost) = agent.stop()?;
                 m.events += events;
                 m.lost += lost;
@@ -266,9 +269,9 @@ impl Args {
         );
         let _ = writeln!(
             t,
-            "| traffic | agents | link packets/s | link Gbit/s | vs. no agent | events/s written | events lost | BPF ns per hook run | BPF ns per event |"
+            "| traffic | agents | link packets/s | link Gbit/s | vs. no agent | events/s written | events lost | BPF ns per hook run | BPF ns per event | agent CPU ns per event |"
         );
-        let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for (name, runs) in rows {
             let base_pps = runs[0].1.pps().max(1.0);
             for (agents, m) in runs {
@@ -276,7 +279,7 @@ impl Args {
                 if *agents == Agents::None {
                     let _ = writeln!(
                         t,
-                        "| {name} | {label} | {:.0} | {:.2} | 1.00 | – | – | – | – |",
+                        "| {name} | {label} | {:.0} | {:.2} | 1.00 | – | – | – | – | – |",
                         m.pps(),
                         m.gbps()
                     );
@@ -286,14 +289,15 @@ impl Args {
                 let per_event = m.bpf_run_time_ns as f64 / m.events.max(1) as f64;
                 let _ = writeln!(
                     t,
-                    "| {name} | {label} | {:.0} | {:.2} | {:.2} | {:.0} | {} | {:.0} | {:.0} |",
+                    "| {name} | {label} | {:.0} | {:.2} | {:.2} | {:.0} | {} | {:.0} | {:.0} | {:.0} |",
                     m.pps(),
                     m.gbps(),
                     m.pps() / base_pps,
                     m.events as f64 / m.seconds,
                     m.lost,
                     per_run,
-                    per_event
+                    per_event,
+                    m.agent_cpu_s * 1e9 / m.events.max(1) as f64
                 );
             }
         }
@@ -305,7 +309,10 @@ impl Args {
              2 record; with one `--all-netns` agent, 2 hook runs that both record, so its \
              \"BPF ns per hook run\" is the cost of one recorded event. \"BPF ns per event\" \
              is all in-kernel time divided by the events written. The kernel's statistics add \
-             their own clock reads to every run."
+             their own clock reads to every run. \"Agent CPU ns per event\" is the agents' user \
+             and system time while recording (draining the ring buffer, sorting, writing the \
+             file) divided by the events written: one core drains 10⁹ / that many events per \
+             second."
         );
         t
     }
@@ -482,6 +489,14 @@ impl Agent {
         }
     }
 
+    /// User and system CPU time the agent has used so far (`/proc/PID/stat`; `ip netns exec`
+    /// execs the agent in place, so the child's PID is the agent's).
+    fn cpu_seconds(&self) -> Result<f64> {
+        let path = format!("/proc/{}/stat", self.child.id());
+        let stat = fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+        cpu_seconds_of(&stat).with_context(|| format!("unexpected {path}: {stat}"))
+    }
+
     /// SIGINT, wait, and parse "wrote N events ...; L lost" from the summary.
     fn stop(mut self) -> Result<(u64, u64)> {
         // SAFETY-free: plain kill(1) of our own child.
@@ -513,9 +528,31 @@ fn parse_summary(out: &str) -> Option<(u64, u64)> {
     Some((events, lost))
 }
 
+/// utime + stime of a `/proc/PID/stat` line, in seconds. The fields after the command name (which
+/// may hold spaces and parentheses) are counted from its closing parenthesis.
+fn cpu_seconds_of(stat: &str) -> Option<f64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3 of the line, utime field 14, stime field 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some((utime + stime) as f64 / ticks)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_summary;
+    use super::{cpu_seconds_of, parse_summary};
+
+    #[test]
+    fn reads_cpu_time_from_proc_stat() {
+        // SAFETY: sysconf has no preconditions.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let stat = "4242 (tsync (agent)) S 1 4242 4242 0 -1 4194560 1092 0 0 0 150 50 0 0 20 0 3 0";
+        assert_eq!(cpu_seconds_of(stat), Some(200.0 / ticks));
+        assert_eq!(cpu_seconds_of("garbage"), None);
+    }
 
     #[test]
     fn reads_the_agent_summary() {
