@@ -192,15 +192,17 @@ pub fn to_text(r: &SyncResult) -> String {
         } else {
             let _ = writeln!(
                 s,
-                "  {} (group {}): reference {}, drift {} ({:+.4} ppm), offset {} ns (via {})",
+                "  {} (group {}): reference {}, drift {} ({:+.4} ppm), offset {} ns (pair maps composed along {})",
                 t.name,
                 t.group,
                 name(t.reference),
                 t.map.drift,
                 (t.map.drift - 1.0) * 1e6,
                 t.map.offset_ns,
+                // `path` runs from the reference to the trace; print it the way the map goes.
                 t.path
                     .iter()
+                    .rev()
                     .map(|&i| name(i))
                     .collect::<Vec<_>>()
                     .join(" → ")
