@@ -15,7 +15,7 @@ use tokio::{
     time::{MissedTickBehavior, interval},
 };
 use tsync_common::{
-    EVENT_SIZE, PacketEvent, direction,
+    EVENT_SIZE, direction,
     format::{ClockSkew, Footer, FormatError, Header, LostCounts, TraceWriter},
 };
 
@@ -56,7 +56,6 @@ struct Sink {
     path: PathBuf,
     skew: Option<ClockSkew>,
     reorder: Reorder,
-    batch: Vec<PacketEvent>,
     send_events: u64,
     recv_events: u64,
 }
@@ -64,21 +63,29 @@ struct Sink {
 impl Sink {
     /// Writes the events released up to `cutoff` (raw monotonic ns).
     fn release(&mut self, cutoff: u64) -> Result<()> {
-        self.batch.clear();
-        self.reorder.release(cutoff, &mut self.batch);
-        for ev in &mut self.batch {
-            if ev.direction == direction::SEND {
-                self.send_events += 1;
-            } else {
-                self.recv_events += 1;
+        let Sink {
+            writer,
+            path,
+            skew,
+            reorder,
+            send_events,
+            recv_events,
+        } = self;
+        reorder.release(cutoff, |events| {
+            for ev in events.iter_mut() {
+                if ev.direction == direction::SEND {
+                    *send_events += 1;
+                } else {
+                    *recv_events += 1;
+                }
+                if let Some(skew) = skew {
+                    ev.ts_ns = skew.apply(ev.ts_ns);
+                }
             }
-            if let Some(skew) = &self.skew {
-                ev.ts_ns = skew.apply(ev.ts_ns);
-            }
-        }
-        self.writer
-            .write_events(&self.batch)
-            .map_err(|e| write_error(&self.path, e))
+            writer
+                .write_events(events)
+                .map_err(|e| write_error(path, e))
+        })
     }
 
     /// Writes every held-back event (at the end).
@@ -139,7 +146,6 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
         path: plan.path.clone(),
         skew: plan.skew,
         reorder: Reorder::new(),
-        batch: Vec::with_capacity(1 << 16),
         send_events: 0,
         recv_events: 0,
     };

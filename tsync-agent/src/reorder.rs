@@ -1,6 +1,8 @@
 //! Restores time order. The ring buffer holds events in reservation order, which differs from
 //! timestamp order by at most the few microseconds a hook runs on another CPU; holding events for a
 //! bounded window and releasing them sorted lets the agent write a time-sorted file.
+use std::collections::VecDeque;
+
 use tsync_common::PacketEvent;
 
 /// How long an event is held back before it is written (ns). Far above the hooks' run time, far
@@ -10,7 +12,9 @@ pub const WINDOW_NS: u64 = 50_000_000;
 /// Events waiting to be released in timestamp order.
 #[derive(Default)]
 pub struct Reorder {
-    pending: Vec<PacketEvent>,
+    /// A deque: releasing the oldest events must not move the rest of the window (with a `Vec`,
+    /// every drain moved the whole window, and each event was copied once per drain).
+    pending: VecDeque<PacketEvent>,
     /// Whether `pending` is known to be sorted by timestamp.
     sorted: bool,
     /// Newest timestamp already released.
@@ -35,27 +39,40 @@ impl Reorder {
         if ev.ts_ns < self.released_upto {
             self.late += 1;
         }
-        if let Some(last) = self.pending.last()
+        if let Some(last) = self.pending.back()
             && ev.ts_ns < last.ts_ns
         {
             self.sorted = false;
         }
-        self.pending.push(ev);
+        self.pending.push_back(ev);
     }
 
-    /// Moves every pending event with `ts_ns <= cutoff` into `out`, oldest first.
-    pub fn release(&mut self, cutoff: u64, out: &mut Vec<PacketEvent>) {
+    /// Hands every pending event with `ts_ns <= cutoff` to `out`, oldest first, in at most two
+    /// slices taken in place (the writer applies the skew there and copies them once, into its
+    /// chunk), then forgets them. An error from `out` stops the release and is returned.
+    pub fn release<E>(
+        &mut self,
+        cutoff: u64,
+        mut out: impl FnMut(&mut [PacketEvent]) -> Result<(), E>,
+    ) -> Result<(), E> {
         if !self.sorted {
             // Stable sort: runs of already sorted events make this close to linear.
-            self.pending.sort_by_key(|e| e.ts_ns);
+            self.pending.make_contiguous().sort_by_key(|e| e.ts_ns);
             self.sorted = true;
         }
         let n = self.pending.partition_point(|e| e.ts_ns <= cutoff);
         if n == 0 {
-            return;
+            return Ok(());
         }
         self.released_upto = self.released_upto.max(self.pending[n - 1].ts_ns);
-        out.extend(self.pending.drain(..n));
+        let (front, back) = self.pending.as_mut_slices();
+        let from_front = n.min(front.len());
+        out(&mut front[..from_front])?;
+        if n > from_front {
+            out(&mut back[..n - from_front])?;
+        }
+        self.pending.drain(..n);
+        Ok(())
     }
 
     /// The newest timestamp pushed so far.
@@ -72,6 +89,15 @@ impl Reorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Releases up to `cutoff` into `out`.
+    fn release(r: &mut Reorder, cutoff: u64, out: &mut Vec<PacketEvent>) {
+        r.release(cutoff, |s| {
+            out.extend_from_slice(s);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+    }
 
     fn ev(ts: u64) -> PacketEvent {
         PacketEvent {
@@ -91,10 +117,10 @@ mod tests {
             r.push(ev(t));
         }
         let mut out = Vec::new();
-        r.release(35, &mut out);
+        release(&mut r, 35, &mut out);
         assert_eq!(times(&out), [10, 20, 30]);
         assert_eq!(r.newest(), 50);
-        r.release(u64::MAX, &mut out);
+        release(&mut r, u64::MAX, &mut out);
         assert_eq!(times(&out), [10, 20, 30, 40, 50]);
         assert_eq!(r.late(), 0);
     }
@@ -104,10 +130,10 @@ mod tests {
         let mut r = Reorder::new();
         let mut out = Vec::new();
         r.push(ev(100));
-        r.release(100, &mut out);
+        release(&mut r, 100, &mut out);
         r.push(ev(90)); // arrives after 100 went out
         r.push(ev(110));
-        r.release(u64::MAX, &mut out);
+        release(&mut r, u64::MAX, &mut out);
         assert_eq!(times(&out), [100, 90, 110]);
         assert_eq!(r.late(), 1);
     }
@@ -123,7 +149,7 @@ mod tests {
         r.push(a);
         r.push(b);
         let mut out = Vec::new();
-        r.release(u64::MAX, &mut out);
+        release(&mut r, u64::MAX, &mut out);
         assert_eq!(out.iter().map(|e| e.cpu).collect::<Vec<_>>(), [1, 2, 0]);
     }
 }
