@@ -15,7 +15,7 @@
 //! copy of a key that comes after the window cannot have caused a reception inside it, and the
 //! key's earlier pair is causal.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use tsync_common::{PacketEvent, direction, tcp_flag};
 
@@ -64,6 +64,10 @@ pub struct MatchStats {
     pub out_of_order: u64,
     /// Exchanges formed.
     pub exchanges: u64,
+    /// Unmatched events of packets longer than [`OFFLOAD_SUSPECT_LEN`] bytes between two traced
+    /// nodes: the mark of segmentation offloads (TSO/GSO on send, GRO/LRO on receive), which hand
+    /// the hooks super-packets that the other side never sees as such.
+    pub oversize_unmatched: u64,
     /// What the user should know about the inputs (damaged files, lost events, …).
     pub warnings: Vec<String>,
 }
@@ -77,8 +81,28 @@ impl MatchStats {
         self.ambiguous += o.ambiguous;
         self.out_of_order += o.out_of_order;
         self.exchanges += o.exchanges;
+        self.oversize_unmatched += o.oversize_unmatched;
         self.warnings.extend(o.warnings.iter().cloned());
     }
+}
+
+/// IP packets longer than this (Ethernet's MTU) that find no partner between two traced nodes are
+/// counted as the work of segmentation offloads.
+pub const OFFLOAD_SUSPECT_LEN: u16 = 1500;
+
+/// The warning for inputs where offloads visibly broke matching, if they did: at least 10 such
+/// events and 1 % of all events.
+pub fn offload_warning(stats: &MatchStats) -> Option<String> {
+    let n = stats.oversize_unmatched;
+    (n >= 10 && n * 100 >= stats.events).then(|| {
+        format!(
+            "{n} packets of more than {OFFLOAD_SUSPECT_LEN} bytes between traced nodes found no \
+             partner: segmentation offloads (TSO/GSO on the sender, GRO/LRO on the receiver) show \
+             the hooks merged super-packets that the other side never sees as such; for exact \
+             matching turn them off on the traced interfaces during the test (ethtool -K DEV tso \
+             off gso off gro off)"
+        )
+    })
 }
 
 /// The hash of `e`'s packet key (both ends of a packet hash alike): for sampling keys.
@@ -141,6 +165,22 @@ impl Key {
 
     fn kind(&self) -> u8 {
         (self.0[7] >> 48) as u8
+    }
+
+    /// Source and destination addresses (record bytes 16..32 and 32..48).
+    fn addresses(&self) -> ([u8; 16], [u8; 16]) {
+        let bytes = |a: u64, b: u64| {
+            let mut x = [0u8; 16];
+            x[..8].copy_from_slice(&a.to_le_bytes());
+            x[8..].copy_from_slice(&b.to_le_bytes());
+            x
+        };
+        (bytes(self.0[0], self.0[1]), bytes(self.0[2], self.0[3]))
+    }
+
+    /// The IP total length (record bytes 50..52).
+    fn tot_len(&self) -> u16 {
+        (self.0[4] >> 16) as u16
     }
 
     /// Rebuilds the event record of one side.
@@ -219,6 +259,8 @@ struct Decider {
     events_wanted: bool,
     stats: MatchStats,
     exchanges: Option<AckPairing>,
+    /// The traced nodes' own addresses (network byte order, IPv4 in the first 4 bytes).
+    node_addresses: HashSet<[u8; 16]>,
 }
 
 impl Matcher {
@@ -230,6 +272,7 @@ impl Matcher {
                 events_wanted: true,
                 stats: MatchStats::default(),
                 exchanges: options.exchanges.then(AckPairing::default),
+                node_addresses: HashSet::new(),
             },
         }
     }
@@ -293,6 +336,12 @@ impl Matcher {
         );
     }
 
+    /// The traced nodes' addresses, so that unmatched oversized packets between them can be
+    /// told apart (offloads) from traffic with the outside world.
+    pub fn set_node_addresses(&mut self, addresses: HashSet<[u8; 16]>) {
+        self.decider.node_addresses = addresses;
+    }
+
     /// Skips rebuilding the event records of messages when the sink does not need them.
     pub fn set_events_wanted(&mut self, wanted: bool) {
         self.decider.events_wanted = wanted;
@@ -326,6 +375,15 @@ impl Matcher {
 }
 
 impl Decider {
+    /// An oversized packet between two traced nodes (see [`MatchStats::oversize_unmatched`]).
+    fn offload_suspect(&self, key: &Key) -> bool {
+        if key.tot_len() <= OFFLOAD_SUSPECT_LEN {
+            return false;
+        }
+        let (saddr, daddr) = key.addresses();
+        self.node_addresses.contains(&saddr) && self.node_addresses.contains(&daddr)
+    }
+
     #[inline]
     fn decide<S: MessageSink + ?Sized>(&mut self, e: &Entry, key: &Key, sink: &mut S) {
         if e.sends > 1 || e.recvs > 1 {
@@ -335,6 +393,9 @@ impl Decider {
         }
         if e.sends == 0 || e.recvs == 0 {
             self.stats.unmatched += 1;
+            if self.offload_suspect(key) {
+                self.stats.oversize_unmatched += 1;
+            }
             return;
         }
         let (s, r) = (e.send, e.recv);

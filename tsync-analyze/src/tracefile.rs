@@ -9,17 +9,17 @@
 //! The estimate itself never uses it.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use tsync_common::format::{FormatError, TraceReader};
+use tsync_common::format::{FormatError, Header, TraceReader};
 use tsync_common::{PacketEvent, direction};
 
 use crate::alignment::SampleInput;
 use crate::error::InputError;
 use crate::input::Source;
-use crate::matching::{MatchOptions, MatchStats, Matcher};
+use crate::matching::{MatchOptions, MatchStats, Matcher, offload_warning};
 use crate::message::MessageSink;
 
 /// The trace file header.
@@ -121,6 +121,32 @@ fn node_name(st: &Stream) -> String {
     }
 }
 
+/// The addresses of the traced nodes' interfaces (from the headers), in the events' layout:
+/// network byte order, IPv4 in the first 4 bytes. Loopback and unspecified addresses are left out:
+/// every node has them.
+fn node_addresses<'a>(headers: impl Iterator<Item = &'a Header>) -> HashSet<[u8; 16]> {
+    let mut set = HashSet::new();
+    for addr in headers
+        .flat_map(|h| &h.interfaces)
+        .flat_map(|i| &i.addresses)
+    {
+        let ip = addr.split('/').next().unwrap_or_default();
+        let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+            continue;
+        };
+        if ip.is_loopback() || ip.is_unspecified() {
+            continue;
+        }
+        let mut bytes = [0u8; 16];
+        match ip {
+            std::net::IpAddr::V4(v4) => bytes[..4].copy_from_slice(&v4.octets()),
+            std::net::IpAddr::V6(v6) => bytes = v6.octets(),
+        }
+        set.insert(bytes);
+    }
+    set
+}
+
 /// How many events ahead the matcher is asked to load the index cells an event will probe.
 const PREFETCH_DISTANCE: usize = 4;
 
@@ -182,6 +208,7 @@ pub fn match_files<S: MessageSink + ?Sized>(
     let slack = (options.window_ns / 16).max(0);
     let mut matcher = Matcher::new(options);
     matcher.set_events_wanted(sink.wants_events());
+    matcher.set_node_addresses(node_addresses(streams.iter().map(|st| st.reader.header())));
     while let Some(Reverse((_, i))) = heap.pop() {
         let limit = heap
             .peek()
@@ -225,6 +252,7 @@ pub fn match_files<S: MessageSink + ?Sized>(
     }
     let mut stats = matcher.finish(sink);
     stats.warnings.extend(warnings);
+    stats.warnings.extend(offload_warning(&stats));
     for st in &streams {
         let name = st.path.display();
         if let Some(d) = st.reader.damage() {

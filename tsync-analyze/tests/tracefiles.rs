@@ -144,10 +144,25 @@ fn tcp(ts: u64, dir: u8, src: u8, dst: u8, seq: u32) -> PacketEvent {
 }
 
 fn write(path: &Path, node: &str, events: &[PacketEvent]) {
+    write_node(path, node, None, events);
+}
+
+/// Writes a trace; its header lists `address` (e.g. `10.0.0.1/24`) on one interface, if given.
+fn write_node(path: &Path, node: &str, address: Option<&str>, events: &[PacketEvent]) {
+    let interfaces = address
+        .map(|a| tsync_common::format::Interface {
+            ifindex: 2,
+            name: "eth0".into(),
+            mac: None,
+            addresses: vec![a.into(), "127.0.0.1/8".into()],
+        })
+        .into_iter()
+        .collect();
     let header = Header {
         node: node.into(),
         start_realtime_ns: 1_000_000_000_000,
         start_monotonic_ns: 1_000_000_000,
+        interfaces,
         ..Header::default()
     };
     let mut w = TraceWriter::create(path, &header).unwrap();
@@ -294,4 +309,64 @@ fn nodes_whose_realtime_clocks_disagree_by_seconds_or_years_still_match() {
         "{said}"
     );
     assert!(said.contains("behind node0"), "{said}");
+}
+
+#[test]
+fn unmatched_super_packets_between_traced_nodes_point_at_offloads() {
+    let s = 1_000_000_000u64;
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    for i in 0..50u32 {
+        let t = s + u64::from(i) * 1_000_000;
+        // An ordinary segment, matched.
+        a.push(tcp(t, direction::SEND, 1, 2, 10_000 + i));
+        b.push(tcp(t + 50_000, direction::RECV, 1, 2, 10_000 + i));
+        // A TSO super-packet of two segments on the sender, seen as two segments by the receiver.
+        let mut big = tcp(t + 100_000, direction::SEND, 1, 2, 100_000 + 2920 * i);
+        big.tot_len = 2960;
+        a.push(big);
+        for half in 0..2 {
+            let mut seg = tcp(
+                t + 150_000 + u64::from(half),
+                direction::RECV,
+                1,
+                2,
+                100_000 + 2920 * i + 1460 * half,
+            );
+            seg.tot_len = 1500;
+            b.push(seg);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (pa, pb) = (dir.path().join("a.trace"), dir.path().join("b.trace"));
+    let run = |b_address: Option<&str>| {
+        write_node(&pa, "a", Some("10.0.0.1/24"), &a);
+        write_node(&pb, "b", b_address, &b);
+        let inputs = InputSet::open(&[&pa, &pb]).unwrap();
+        inputs
+            .for_each_message(
+                &MatchOptions::default(),
+                &mut Collect::default(),
+                &mut |_| {},
+            )
+            .unwrap()
+    };
+    let st = run(Some("10.0.0.2/24"));
+    assert_eq!(st.matched, 50);
+    assert_eq!(st.unmatched, 150);
+    assert_eq!(
+        st.oversize_unmatched, 50,
+        "the super-packets, not the segments"
+    );
+    assert!(
+        st.warnings
+            .iter()
+            .any(|w| w.contains("offloads") && w.contains("ethtool -K")),
+        "{:?}",
+        st.warnings
+    );
+    // The same packets to a node that is not traced are traffic with the outside world.
+    let st = run(None);
+    assert_eq!(st.oversize_unmatched, 0);
+    assert!(!st.warnings.iter().any(|w| w.contains("offloads")));
 }
