@@ -515,6 +515,75 @@ fn captures_matching_digests_in_each_namespace_and_detaches() {
 }
 
 #[test]
+fn a_node_whose_address_lives_on_a_bridge_is_synchronized() {
+    let _serial = serial();
+    require_root();
+    // As on a container host: node a's address is on a bridge whose port is the veth, so each of
+    // its packets crosses two devices and is recorded twice, with one digest.
+    let link = Link::namespaces();
+    let bridge = format!("{}r", link.dev[0].trim_end_matches('a'));
+    let (ns_a, ns_b) = (link.ns[0].as_str(), link.ns[1].as_str());
+    let (dev_a, dev_b) = (link.dev[0].as_str(), link.dev[1].as_str());
+    sh(&[
+        "ip", "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns",
+        ns_b,
+    ]);
+    sh(&["ip", "-n", ns_a, "link", "add", &bridge, "type", "bridge"]);
+    sh(&["ip", "-n", ns_a, "link", "set", dev_a, "master", &bridge]);
+    let addr = |i: usize| format!("{}/24", Link::V4[i]);
+    sh(&["ip", "-n", ns_a, "addr", "add", &addr(0), "dev", &bridge]);
+    sh(&["ip", "-n", ns_b, "addr", "add", &addr(1), "dev", dev_b]);
+    for (ns, dev) in [(ns_a, dev_a), (ns_a, bridge.as_str()), (ns_b, dev_b)] {
+        sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
+    }
+    let dir = tmpdir();
+    let files: Vec<PathBuf> = ["a", "b"]
+        .iter()
+        .map(|n| dir.path().join(format!("{n}.trace")))
+        .collect();
+    let agent_a = Agent::start(Some(ns_a), &files[0], &["--node", "bridged"]);
+    let agent_b = Agent::start(Some(ns_b), &files[1], &["--node", "plain"]);
+    // The bridge port may need a moment before it forwards; the first connection waits for it.
+    for port in 5600..5606 {
+        let server: SocketAddr = format!("{}:{port}", Link::V4[0]).parse().unwrap();
+        tcp_exchange(&link, server, 2000, 2000);
+    }
+    thread::sleep(Duration::from_millis(200));
+    for agent in [agent_a, agent_b] {
+        let (status, out, err) = agent.stop();
+        assert!(status.success(), "{status}\n{out}\n{err}");
+    }
+    let a = read_trace(&files[0]);
+    let send_devices: BTreeSet<u32> = a
+        .events
+        .iter()
+        .filter(|e| e.direction == direction::SEND)
+        .map(|e| e.ifindex)
+        .collect();
+    assert_eq!(
+        send_devices.len(),
+        2,
+        "node a records each packet it sends on the bridge and on its port"
+    );
+
+    let paths: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+    let inputs = tsync_analyze::input::InputSet::open(&paths).unwrap();
+    let r = tsync_analyze::sync::run(&inputs, &Default::default(), &mut |_| {}).unwrap();
+    let m = &r.matching;
+    assert_eq!(
+        m.ambiguous, 0,
+        "bridge copies taken for retransmissions: {m:?}"
+    );
+    assert!(m.stacked_copies >= 6 * 6, "{m:?}");
+    assert!(m.matched >= 6 * 8, "{m:?}");
+    assert_eq!(
+        r.pairs[0].quality,
+        tsync_analyze::corridor::Quality::Accurate,
+        "{m:?}"
+    );
+}
+
+#[test]
 fn all_netns_sees_other_namespaces_and_clock_skew_is_applied() {
     let _serial = serial();
     require_root();

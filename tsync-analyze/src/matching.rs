@@ -9,6 +9,16 @@
 //!   message that would break the hull's guarantee;
 //! - only one side: `unmatched` (packet from or to an untraced node, lost event, …).
 //!
+//! One exception to "more than one": a node whose address lives on a stacked device (a bridge, a
+//! bond, a VLAN, …) records every packet once per device it crosses, with the same digest,
+//! microseconds apart. A further event on the same trace, side and key, on another interface than
+//! that side's first event and within [`STACKED_COPY_NS`] of it, is such a copy: it is counted
+//! (`stacked_copies`) and otherwise ignored. The first copy is kept on both sides — the earliest
+//! send and the earliest receive — so the pair stays causal whatever the copies really were (even
+//! a fast retransmission through another interface: the earliest send precedes every reception).
+//! A retransmission through the same device stack repeats the first interface and stays a
+//! duplicate.
+//!
 //! Memory is bounded by the keys seen in one window, not by the trace length. The window must
 //! exceed the largest one-way delay plus the residual misalignment of the traces' clocks (plus
 //! the merge's slack of 1/16 window): then a
@@ -24,6 +34,11 @@ use crate::message::{Exchange, MatchedMessage, Message, MessageSink, Origin};
 mod live;
 
 use live::{KeyEq, LiveKeys};
+
+/// How far apart (ns, on one node's clock) the copies of one packet on stacked devices may be.
+/// The kernel passes a packet through a bridge, a bond or a VLAN device and its lower device in
+/// one call chain (microseconds); 1 ms leaves room for a deferred receive under load.
+pub const STACKED_COPY_NS: i64 = 1_000_000;
 
 /// Default matching window: longer than TCP's initial retransmission timeout (1 s), so that a
 /// retransmitted segment is always recognised as such.
@@ -64,6 +79,9 @@ pub struct MatchStats {
     pub out_of_order: u64,
     /// Exchanges formed.
     pub exchanges: u64,
+    /// Extra events of a packet on stacked devices of one node (bridge, bond, VLAN, …), merged
+    /// into the packet's first event on that node.
+    pub stacked_copies: u64,
     /// Unmatched events of packets longer than [`OFFLOAD_SUSPECT_LEN`] bytes between two traced
     /// nodes: the mark of segmentation offloads (TSO/GSO on send, GRO/LRO on receive), which hand
     /// the hooks super-packets that the other side never sees as such.
@@ -82,6 +100,7 @@ impl MatchStats {
         self.out_of_order += o.out_of_order;
         self.exchanges += o.exchanges;
         self.oversize_unmatched += o.oversize_unmatched;
+        self.stacked_copies += o.stacked_copies;
         self.warnings.extend(o.warnings.iter().cloned());
     }
 }
@@ -215,6 +234,17 @@ struct Seen {
     tcp_flags: u8,
 }
 
+impl Seen {
+    /// Whether `later`, seen on the same side of the same key, is a copy of this event on
+    /// another device of a stack (see the module doc).
+    #[inline]
+    fn stacked_copy(&self, later: &Seen) -> bool {
+        later.trace == self.trace
+            && later.ifindex != self.ifindex
+            && later.time.abs_diff(self.time) <= STACKED_COPY_NS as u64
+    }
+}
+
 /// What the matcher remembers of a live key besides the key itself.
 #[derive(Clone, Copy, Debug, Default)]
 struct Entry {
@@ -310,16 +340,18 @@ impl Matcher {
         };
         let is_send = e.direction == direction::SEND;
         if let Some(entry) = self.live.find_mut(hash, &key) {
-            if is_send {
-                if entry.sends == 0 {
-                    entry.send = seen;
-                }
-                entry.sends = entry.sends.saturating_add(1);
+            let (first, count) = if is_send {
+                (&mut entry.send, &mut entry.sends)
             } else {
-                if entry.recvs == 0 {
-                    entry.recv = seen;
-                }
-                entry.recvs = entry.recvs.saturating_add(1);
+                (&mut entry.recv, &mut entry.recvs)
+            };
+            if *count == 0 {
+                *first = seen;
+                *count = 1;
+            } else if first.stacked_copy(&seen) {
+                self.decider.stats.stacked_copies += 1;
+            } else {
+                *count = count.saturating_add(1);
             }
             return;
         }
@@ -593,6 +625,51 @@ mod tests {
         }
     }
 
+    #[test]
+    fn copies_on_stacked_devices_are_merged_and_retransmissions_stay_ambiguous() {
+        const US: i64 = 1_000;
+        // Node 0 sends through a bridge (ifindex 5) and its port (2); node 1 receives on its NIC
+        // (3) and then on a VLAN device on top of it (7). Key `seq` per packet.
+        let ev = |seq: u32, trace: u32, send: bool, t: i64, ifindex: u32| {
+            let (tr, mut e) = event(3 * u64::from(seq), trace, send, t as u64, 0);
+            e.ifindex = ifindex;
+            (tr, e, t)
+        };
+        let inputs = vec![
+            // Packet 1: two copies on each side, all within microseconds: one message.
+            ev(1, 0, true, 1_000 * US, 5),
+            ev(1, 0, true, 1_000 * US + 3, 2),
+            ev(1, 1, false, 1_050 * US, 3),
+            ev(1, 1, false, 1_050 * US + 4, 7),
+            // Packet 2: sent, then retransmitted through the same stack 200 µs later: ambiguous.
+            ev(2, 0, true, 2_000 * US, 5),
+            ev(2, 0, true, 2_000 * US + 3, 2),
+            ev(2, 0, true, 2_200 * US, 5),
+            ev(2, 0, true, 2_200 * US + 3, 2),
+            ev(2, 1, false, 2_250 * US, 3),
+            // Packet 3: another interface, but 5 ms later: a second transmission, ambiguous.
+            ev(3, 0, true, 3_000 * US, 5),
+            ev(3, 0, true, 8_000 * US, 2),
+            ev(3, 1, false, 8_050 * US, 3),
+            // Packet 4: the same digest sent by two nodes is no stacked copy: ambiguous.
+            ev(4, 0, true, 9_000 * US, 5),
+            ev(4, 2, true, 9_000 * US + 1, 6),
+            ev(4, 1, false, 9_050 * US, 3),
+        ];
+        let window = 1_000_000_000;
+        let (msgs, st) = optimized(&inputs, window);
+        assert_eq!(reference(&inputs, window), (msgs.clone(), st.clone()));
+        assert_eq!(st.matched, 1);
+        assert_eq!(st.ambiguous, 3);
+        // Packet 1's second copies; packet 2's lower copies (of both transmissions: within 1 ms
+        // of the first copy, on another interface; the repeated bridge copy makes it ambiguous).
+        assert_eq!(st.stacked_copies, 4);
+        // The earliest send and the earliest receive are kept.
+        let (m, _, s, r) = &msgs[0];
+        assert_eq!((m.send_ns, m.recv_ns), (1_000 * US, 1_050 * US));
+        assert_eq!((s.ifindex, r.ifindex), (5, 3));
+    }
+
     /// What a sink saw, in order.
     #[derive(Default)]
     struct Recorder {
@@ -690,10 +767,20 @@ mod tests {
                     live.last_mut().expect("just pushed")
                 }
             };
-            if e.direction == direction::SEND {
-                l.sends.push((trace, e, index));
+            let side = if e.direction == direction::SEND {
+                &mut l.sends
             } else {
-                l.recvs.push((trace, e, index));
+                &mut l.recvs
+            };
+            match side.first() {
+                Some(&(t0, e0, _))
+                    if t0 == trace
+                        && e0.ifindex != e.ifindex
+                        && e0.ts_ns.abs_diff(e.ts_ns) <= STACKED_COPY_NS as u64 =>
+                {
+                    stats.stacked_copies += 1;
+                }
+                _ => side.push((trace, e, index)),
             }
         }
         for l in live {
@@ -794,7 +881,10 @@ mod tests {
             if window == 20_000 {
                 // Everything in one window: every outcome occurs.
                 assert!(
-                    sa.matched > 100 && sa.ambiguous > 100 && sa.same_trace > 100,
+                    sa.matched > 100
+                        && sa.ambiguous > 100
+                        && sa.same_trace > 100
+                        && sa.stacked_copies > 100,
                     "{sa:?}"
                 );
             }

@@ -94,6 +94,8 @@ pub fn to_json(r: &SyncResult) -> Value {
             "ambiguous": r.matching.ambiguous,
             "out_of_order": r.matching.out_of_order,
             "exchanges": r.matching.exchanges,
+            "stacked_copies": r.matching.stacked_copies,
+            "oversize_unmatched": r.matching.oversize_unmatched,
         },
         "warnings": r.warnings,
     })
@@ -111,12 +113,20 @@ pub fn to_text(r: &SyncResult) -> String {
     let m = &r.matching;
     let _ = writeln!(
         s,
-        "Messages: {} matched from {} events ({} unmatched, {} same-trace, {} ambiguous keys dropped{})",
+        "Messages: {} matched from {} events ({} unmatched, {} same-trace, {} ambiguous keys dropped{}{})",
         m.matched,
         m.events,
         m.unmatched,
         m.same_trace,
         m.ambiguous,
+        if m.stacked_copies > 0 {
+            format!(
+                ", {} copies on stacked devices (bridge, bond, VLAN) merged",
+                m.stacked_copies
+            )
+        } else {
+            String::new()
+        },
         if m.out_of_order > 0 {
             format!(", {} events out of order in their file", m.out_of_order)
         } else {
