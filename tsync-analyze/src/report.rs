@@ -111,6 +111,14 @@ pub fn to_text(r: &SyncResult) -> String {
     let mut s = String::new();
     let name = |i: u32| r.traces[i as usize].name.as_str();
     let m = &r.matching;
+    // A count worth a mention only when it is not zero.
+    let extra = |n: u64, what: &str| {
+        if n > 0 {
+            format!(", {n} {what}")
+        } else {
+            String::new()
+        }
+    };
     let _ = writeln!(
         s,
         "Messages: {} matched from {} events ({} unmatched, {} same-trace, {} ambiguous keys dropped{}{})",
@@ -119,19 +127,11 @@ pub fn to_text(r: &SyncResult) -> String {
         m.unmatched,
         m.same_trace,
         m.ambiguous,
-        if m.stacked_copies > 0 {
-            format!(
-                ", {} copies on stacked devices (bridge, bond, VLAN) merged",
-                m.stacked_copies
-            )
-        } else {
-            String::new()
-        },
-        if m.out_of_order > 0 {
-            format!(", {} events out of order in their file", m.out_of_order)
-        } else {
-            String::new()
-        }
+        extra(
+            m.stacked_copies,
+            "copies on stacked devices (bridge, bond, VLAN) merged"
+        ),
+        extra(m.out_of_order, "events out of order in their file"),
     );
     let _ = writeln!(s, "Algorithm: {}", r.algorithm.as_str());
     let _ = writeln!(s, "\nPairs (t_b = a0 + a1·t_a, local ns):");
