@@ -38,7 +38,7 @@ use live::{KeyEq, LiveKeys};
 /// How far apart (ns, on one node's clock) the copies of one packet on stacked devices may be.
 /// The kernel passes a packet through a bridge, a bond or a VLAN device and its lower device in
 /// one call chain (microseconds); 1 ms leaves room for a deferred receive under load.
-pub const STACKED_COPY_NS: i64 = 1_000_000;
+pub const STACKED_COPY_NS: u64 = 1_000_000;
 
 /// Default matching window: longer than TCP's initial retransmission timeout (1 s), so that a
 /// retransmitted segment is always recognised as such.
@@ -186,22 +186,6 @@ impl Key {
         (self.0[7] >> 48) as u8
     }
 
-    /// Source and destination addresses (record bytes 16..32 and 32..48).
-    fn addresses(&self) -> ([u8; 16], [u8; 16]) {
-        let bytes = |a: u64, b: u64| {
-            let mut x = [0u8; 16];
-            x[..8].copy_from_slice(&a.to_le_bytes());
-            x[8..].copy_from_slice(&b.to_le_bytes());
-            x
-        };
-        (bytes(self.0[0], self.0[1]), bytes(self.0[2], self.0[3]))
-    }
-
-    /// The IP total length (record bytes 50..52).
-    fn tot_len(&self) -> u16 {
-        (self.0[4] >> 16) as u16
-    }
-
     /// Rebuilds the event record of one side.
     fn event(&self, s: &Seen, dir: u8) -> PacketEvent {
         let mut e = PacketEvent::default();
@@ -241,7 +225,7 @@ impl Seen {
     fn stacked_copy(&self, later: &Seen) -> bool {
         later.trace == self.trace
             && later.ifindex != self.ifindex
-            && later.time.abs_diff(self.time) <= STACKED_COPY_NS as u64
+            && later.time.abs_diff(self.time) <= STACKED_COPY_NS
     }
 }
 
@@ -408,12 +392,13 @@ impl Matcher {
 
 impl Decider {
     /// An oversized packet between two traced nodes (see [`MatchStats::oversize_unmatched`]).
+    /// Only unmatched keys get here, so rebuilding the record (which knows the key's layout) is
+    /// cheap enough.
     fn offload_suspect(&self, key: &Key) -> bool {
-        if key.tot_len() <= OFFLOAD_SUSPECT_LEN {
-            return false;
-        }
-        let (saddr, daddr) = key.addresses();
-        self.node_addresses.contains(&saddr) && self.node_addresses.contains(&daddr)
+        let e = key.event(&Seen::default(), direction::SEND);
+        e.tot_len > OFFLOAD_SUSPECT_LEN
+            && self.node_addresses.contains(&e.saddr)
+            && self.node_addresses.contains(&e.daddr)
     }
 
     #[inline]
@@ -776,7 +761,7 @@ mod tests {
                 Some(&(t0, e0, _))
                     if t0 == trace
                         && e0.ifindex != e.ifindex
-                        && e0.ts_ns.abs_diff(e.ts_ns) <= STACKED_COPY_NS as u64 =>
+                        && e0.ts_ns.abs_diff(e.ts_ns) <= STACKED_COPY_NS =>
                 {
                     stats.stacked_copies += 1;
                 }
