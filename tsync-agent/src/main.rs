@@ -48,9 +48,13 @@ enum Command {
 
 #[derive(clap::Args)]
 struct RecordArgs {
-    /// Trace file to write (created with mode 0600, replaced if it exists).
+    /// Trace file to write (created with mode 0600). An existing file is refused (an earlier
+    /// recording is never lost by accident) unless --force.
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
+    /// Replace the output file if it exists.
+    #[arg(long)]
+    force: bool,
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECS", value_parser = parse_duration, allow_hyphen_values = true)]
     duration: Option<f64>,
@@ -119,6 +123,12 @@ fn header(
 }
 
 fn record(args: RecordArgs) -> Result<()> {
+    if !args.force && std::fs::symlink_metadata(&args.output).is_ok() {
+        anyhow::bail!(
+            "{} exists (an earlier recording?): choose another -o, or add --force to replace it",
+            args.output.display()
+        );
+    }
     if let Some(skew) = &args.clock_skew {
         clock::check_skew(skew, clock::monotonic_ns()).map_err(anyhow::Error::msg)?;
     }

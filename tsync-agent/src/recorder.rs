@@ -37,8 +37,8 @@ const PROGRESS_PERIOD: Duration = Duration::from_millis(250);
 
 /// Describes a write error, naming a full disk when that is the cause.
 fn write_error(path: &Path, err: FormatError) -> anyhow::Error {
-    let full = matches!(&err, FormatError::Io { source, .. }
-        if source.raw_os_error() == Some(libc::ENOSPC) || source.raw_os_error() == Some(libc::EDQUOT));
+    let full = matches!(&err, FormatError::Io { error, .. }
+        if error.raw_os_error() == Some(libc::ENOSPC) || error.raw_os_error() == Some(libc::EDQUOT));
     let err = anyhow::Error::new(err);
     if full {
         err.context(format!(
@@ -46,7 +46,8 @@ fn write_error(path: &Path, err: FormatError) -> anyhow::Error {
             path.display()
         ))
     } else {
-        err.context(format!("cannot write the trace file {}", path.display()))
+        // The format error names the file and the operation already.
+        err
     }
 }
 

@@ -673,7 +673,11 @@ fn unwritable_output_is_a_clear_error() {
         stderr.contains("/nonexistent-tsync-dir/x.trace"),
         "{stderr}"
     );
-    assert!(stderr.contains("No such file or directory"), "{stderr}");
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "the OS error said once: {stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
     let new: BTreeSet<u32> = our_program_ids().difference(&before).copied().collect();
     assert!(
@@ -929,6 +933,28 @@ fn duration_stops_the_agent_by_itself() {
     let mut r = r;
     while r.next_events().unwrap().is_some() {}
     assert!(r.footer().is_some(), "a timed run ends with a footer");
+}
+
+#[test]
+fn an_existing_output_is_kept_unless_forced() {
+    let dir = tmpdir();
+    let file = dir.path().join("earlier.trace");
+    std::fs::write(&file, "an earlier recording").unwrap();
+    let out = Command::new(AGENT)
+        .args(["record", "--duration", "1", "-o"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("exists") && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "an earlier recording"
+    );
 }
 
 #[test]

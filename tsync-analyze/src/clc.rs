@@ -26,6 +26,8 @@ use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use rustc_hash::FxHashMap;
+
 /// One event: the `index`-th event (0-based, in time order) of trace `trace`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct EventRef {
@@ -48,8 +50,12 @@ pub struct Message {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PairLatency {
     traces: usize,
-    ns: Vec<i64>,
-    known: Vec<bool>,
+    default_ns: i64,
+    /// Whether `default_ns` was given by the user for every pair (then every pair is known).
+    uniform: bool,
+    /// The pairs set one by one, keyed (from, to): memory grows with the pairs that exchanged
+    /// messages, not with the square of the trace count.
+    set: FxHashMap<(u32, u32), i64>,
 }
 
 impl PairLatency {
@@ -57,17 +63,17 @@ impl PairLatency {
     pub fn new(traces: usize, default_ns: i64) -> Self {
         PairLatency {
             traces,
-            ns: vec![default_ns; traces * traces],
-            known: vec![false; traces * traces],
+            default_ns,
+            uniform: false,
+            set: FxHashMap::default(),
         }
     }
 
     /// A table where every ordered pair has the user-given latency `ns` (marked known).
     pub fn uniform(traces: usize, ns: i64) -> Self {
         PairLatency {
-            traces,
-            ns: vec![ns; traces * traces],
-            known: vec![true; traces * traces],
+            uniform: true,
+            ..PairLatency::new(traces, ns)
         }
     }
 
@@ -76,20 +82,22 @@ impl PairLatency {
     /// # Panics
     /// If a trace number is out of range (a programming error, not bad input).
     pub fn set(&mut self, from: usize, to: usize, ns: i64) {
-        let i = self.slot(from, to);
-        self.ns[i] = ns;
-        self.known[i] = true;
+        let key = self.key(from, to);
+        self.set.insert(key, ns);
     }
 
     /// `l_min` of messages from `from` to `to` (the default where never set).
     pub fn get(&self, from: usize, to: usize) -> i64 {
-        self.ns[self.slot(from, to)]
+        self.known(from, to).unwrap_or(self.default_ns)
     }
 
     /// `l_min` of messages from `from` to `to` if it was set (measured or given by the user).
     pub fn known(&self, from: usize, to: usize) -> Option<i64> {
-        let i = self.slot(from, to);
-        self.known[i].then_some(self.ns[i])
+        let key = self.key(from, to);
+        match self.set.get(&key) {
+            Some(&ns) => Some(ns),
+            None => self.uniform.then_some(self.default_ns),
+        }
     }
 
     /// Number of traces the table covers.
@@ -117,12 +125,12 @@ impl PairLatency {
         table
     }
 
-    fn slot(&self, from: usize, to: usize) -> usize {
+    fn key(&self, from: usize, to: usize) -> (u32, u32) {
         assert!(
             from < self.traces && to < self.traces,
             "trace out of range in PairLatency"
         );
-        from * self.traces + to
+        (from as u32, to as u32)
     }
 }
 

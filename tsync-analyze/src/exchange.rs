@@ -3,32 +3,29 @@
 //! exchange found is causal whatever the clock offsets. When several i→j messages precede the
 //! reply, the last one is used, which keeps the round trip short (as the LTTV code does for ACKs).
 
+use rustc_hash::FxHashMap;
+
 use crate::message::{Exchange, Message};
 
 /// Finds exchanges in a stream of messages among `traces` traces.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ReplyPairing {
-    traces: usize,
-    /// Latest unanswered message per ordered pair (sender·n + receiver).
-    latest: Vec<Option<Message>>,
+    /// Latest unanswered message per ordered pair (sender, receiver): memory grows with the pairs
+    /// that exchange messages.
+    latest: FxHashMap<(u32, u32), Message>,
 }
 
 impl ReplyPairing {
-    pub fn new(traces: usize) -> Self {
-        ReplyPairing {
-            traces,
-            latest: vec![None; traces * traces],
-        }
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// Feeds a message; returns the exchange it completes, if any.
     pub fn push(&mut self, m: Message) -> Option<Exchange> {
-        let n = self.traces;
-        let (s, r) = (m.send_trace as usize, m.recv_trace as usize);
-        let back = &mut self.latest[r * n + s];
-        let found = match *back {
-            Some(req) if req.recv_ns <= m.send_ns => {
-                *back = None;
+        let (s, r) = (m.send_trace, m.recv_trace);
+        let found = match self.latest.get(&(r, s)) {
+            Some(&req) if req.recv_ns <= m.send_ns => {
+                self.latest.remove(&(r, s));
                 Some(Exchange {
                     request: req,
                     reply: m,
@@ -36,9 +33,9 @@ impl ReplyPairing {
             }
             _ => None,
         };
-        let slot = &mut self.latest[s * n + r];
-        if slot.is_none_or(|old| old.send_ns <= m.send_ns) {
-            *slot = Some(m);
+        let slot = self.latest.entry((s, r)).or_insert(m);
+        if slot.send_ns <= m.send_ns {
+            *slot = m;
         }
         found
     }

@@ -129,6 +129,7 @@ pub fn write_plots(
     samples: &PairSamples,
     eval: Option<&EvalReport>,
     formats: &[PlotFormat],
+    inputs: &crate::output::InputIds,
 ) -> Result<Vec<PathBuf>, PlotError> {
     let mut written = Vec::new();
     for p in &sync.pairs {
@@ -183,6 +184,7 @@ pub fn write_plots(
             &figure,
             histograms.as_ref(),
             formats,
+            inputs,
         )?);
     }
     Ok(written)

@@ -168,9 +168,7 @@ impl InputSet {
         progress: &mut dyn FnMut(u64),
     ) -> Result<MatchStats, InputError> {
         let mut stats = MatchStats::default();
-        let mut pairing = options
-            .exchanges
-            .then(|| ReplyPairing::new(self.traces.len()));
+        let mut pairing = options.exchanges.then(ReplyPairing::new);
         for src in &self.sources {
             if let SourceKind::Text { .. } = src.kind {
                 let t = text::for_each_message_in(

@@ -22,6 +22,7 @@ pub mod input;
 pub mod linreg;
 pub mod matching;
 pub mod message;
+pub mod output;
 pub mod progress;
 pub mod reduction;
 pub mod report;

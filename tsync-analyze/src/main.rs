@@ -38,7 +38,25 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    // The check that no output is an input needs the inputs as given.
+    if let Command::Export(a) = &cli.command {
+        let ids = tsync_analyze::output::InputIds::of(&a.sync.inputs);
+        if let Err(e) = ids.check(&a.output) {
+            return fail(&cli::CliError::Failed(e.to_string()));
+        }
+    }
+    let inputs = match &mut cli.command {
+        Command::Info(a) => &mut a.files,
+        Command::Sync(a) => &mut a.sync.inputs,
+        Command::Messages(a) => &mut a.inputs,
+        Command::Correct(a) => &mut a.sync.inputs,
+        Command::Eval(a) => &mut a.sync.inputs,
+        Command::Export(a) => &mut a.sync.inputs,
+    };
+    if let Err(e) = cli::spool::spool(inputs) {
+        return fail(&e);
+    }
     let result = match cli.command {
         Command::Info(a) => cli::info::run(a),
         Command::Sync(a) => cli::sync::run(a),
@@ -49,9 +67,15 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tsync-analyze: error: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(&e),
     }
+}
+
+/// Prints the error (naming inputs as the user gave them) and gives its exit status.
+fn fail(e: &cli::CliError) -> ExitCode {
+    eprintln!(
+        "tsync-analyze: error: {}",
+        cli::spool::as_given(e.message())
+    );
+    ExitCode::from(e.exit_status())
 }

@@ -25,7 +25,7 @@
 //! copy of a key that comes after the window cannot have caused a reception inside it, and the
 //! key's earlier pair is causal.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use tsync_common::{PacketEvent, direction, tcp_flag};
 
@@ -274,7 +274,11 @@ struct Decider {
     stats: MatchStats,
     exchanges: Option<AckPairing>,
     /// The traced nodes' own addresses (network byte order, IPv4 in the first 4 bytes).
-    node_addresses: HashSet<[u8; 16]>,
+    /// The traced nodes' addresses and the trace each belongs to.
+    node_addresses: HashMap<[u8; 16], u32>,
+    /// Per trace, the span of its recording on the merge axis: from its first event to its last
+    /// (`i64::MAX` while it is still being read).
+    spans: HashMap<u32, (i64, i64)>,
 }
 
 impl Matcher {
@@ -286,7 +290,8 @@ impl Matcher {
                 events_wanted: true,
                 stats: MatchStats::default(),
                 exchanges: options.exchanges.then(AckPairing::default),
-                node_addresses: HashSet::new(),
+                node_addresses: HashMap::new(),
+                spans: HashMap::new(),
             },
         }
     }
@@ -354,8 +359,21 @@ impl Matcher {
 
     /// The traced nodes' addresses, so that unmatched oversized packets between them can be
     /// told apart (offloads) from traffic with the outside world.
-    pub fn set_node_addresses(&mut self, addresses: HashSet<[u8; 16]>) {
+    pub fn set_node_addresses(&mut self, addresses: HashMap<[u8; 16], u32>) {
         self.decider.node_addresses = addresses;
+    }
+
+    /// Says that `trace`'s recording starts at `first` (merge axis): packets to or from it before
+    /// are not its to miss.
+    pub fn trace_starts(&mut self, trace: u32, first: i64) {
+        self.decider.spans.insert(trace, (first, i64::MAX));
+    }
+
+    /// Says that `trace`'s recording ended with an event at `last` (merge axis), cut short or not.
+    pub fn trace_ends(&mut self, trace: u32, last: i64) {
+        if let Some(span) = self.decider.spans.get_mut(&trace) {
+            span.1 = last;
+        }
     }
 
     /// Skips rebuilding the event records of messages when the sink does not need them.
@@ -391,14 +409,20 @@ impl Matcher {
 }
 
 impl Decider {
-    /// An oversized packet between two traced nodes (see [`MatchStats::oversize_unmatched`]).
-    /// Only unmatched keys get here, so rebuilding the record (which knows the key's layout) is
-    /// cheap enough.
-    fn offload_suspect(&self, key: &Key) -> bool {
+    /// An oversized packet between two traced nodes, seen at `t` while both were recording (see
+    /// [`MatchStats::oversize_unmatched`]): a packet sent after the receiver's trace ended (a file
+    /// cut short, recordings that stop at different times) is no sign of offloads. Only unmatched
+    /// keys get here, so rebuilding the record (which knows the key's layout) is cheap enough.
+    fn offload_suspect(&self, key: &Key, t: i64) -> bool {
         let e = key.event(&Seen::default(), direction::SEND);
-        e.tot_len > OFFLOAD_SUSPECT_LEN
-            && self.node_addresses.contains(&e.saddr)
-            && self.node_addresses.contains(&e.daddr)
+        let recording = |addr: &[u8; 16]| {
+            self.node_addresses.get(addr).is_some_and(|trace| {
+                self.spans
+                    .get(trace)
+                    .is_none_or(|&(first, last)| first <= t && t <= last)
+            })
+        };
+        e.tot_len > OFFLOAD_SUSPECT_LEN && recording(&e.saddr) && recording(&e.daddr)
     }
 
     #[inline]
@@ -410,7 +434,7 @@ impl Decider {
         }
         if e.sends == 0 || e.recvs == 0 {
             self.stats.unmatched += 1;
-            if self.offload_suspect(key) {
+            if self.offload_suspect(key, e.first_seen) {
                 self.stats.oversize_unmatched += 1;
             }
             return;

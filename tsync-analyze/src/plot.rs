@@ -18,8 +18,10 @@
 
 use crate::eval::AccuracyPoint;
 use crate::histogram::{BINS, LogHistogram};
+use crate::output::{InputIds, OutputError, OutputFile};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -99,13 +101,14 @@ pub enum PlotError {
          TSYNC_PLOT_FONT to a .ttf file ({0})"
     )]
     NoFont(String),
-    #[error("cannot create the plot directory {path}: {source}")]
-    Dir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot draw {path}: {message}")]
-    Draw { path: PathBuf, message: String },
+    #[error("cannot create the plot directory {path}: {message}")]
+    Dir { path: PathBuf, message: String },
+    #[error("cannot draw {what}: {message}")]
+    Draw { what: String, message: String },
+    #[error(transparent)]
+    Output(#[from] OutputError),
+    #[error("{0}")]
+    Write(String),
     #[error("nothing to plot for {0}: no messages")]
     Empty(String),
 }
@@ -144,73 +147,110 @@ pub fn ensure_font() -> Result<(), PlotError> {
     .map_err(PlotError::NoFont)
 }
 
-/// Writes the offset plot of a pair to `path`.
-pub fn draw_sync_plot(
-    plot: &SyncPlot<'_>,
-    path: &Path,
-    format: PlotFormat,
-) -> Result<(), PlotError> {
+/// Renders the offset plot of a pair as the bytes of a file in `format`.
+pub fn render_sync_plot(plot: &SyncPlot<'_>, format: PlotFormat) -> Result<Vec<u8>, PlotError> {
     ensure_font()?;
     let name = format!("{} ↔ {}", plot.a_name, plot.b_name);
     if plot.ab.is_empty() && plot.ba.is_empty() {
         return Err(PlotError::Empty(name));
     }
-    let size = (1280, 760);
-    let result = match format {
-        PlotFormat::Svg => draw_sync(SVGBackend::new(path, size).into_drawing_area(), plot),
-        PlotFormat::Png => draw_sync(BitMapBackend::new(path, size).into_drawing_area(), plot),
-    };
-    result.map_err(|message| PlotError::Draw {
-        path: path.to_path_buf(),
-        message,
-    })
+    render(
+        format,
+        (1280, 760),
+        &name,
+        |root| draw_sync(root, plot),
+        |root| draw_sync(root, plot),
+    )
 }
 
-/// Writes a transfer-time histogram plot to `path`.
-pub fn draw_histogram_plot(
+/// Renders a transfer-time histogram plot as the bytes of a file in `format`.
+pub fn render_histogram_plot(
     plot: &HistogramPlot<'_>,
-    path: &Path,
     format: PlotFormat,
-) -> Result<(), PlotError> {
+) -> Result<Vec<u8>, PlotError> {
     ensure_font()?;
     if plot.series.iter().all(|s| s.histogram.total() == 0) {
         return Err(PlotError::Empty(plot.title.to_string()));
     }
-    let size = (1100, 620);
-    let result = match format {
-        PlotFormat::Svg => draw_histograms(SVGBackend::new(path, size).into_drawing_area(), plot),
-        PlotFormat::Png => {
-            draw_histograms(BitMapBackend::new(path, size).into_drawing_area(), plot)
-        }
-    };
-    result.map_err(|message| PlotError::Draw {
-        path: path.to_path_buf(),
+    render(
+        format,
+        (1100, 620),
+        plot.title,
+        |root| draw_histograms(root, plot),
+        |root| draw_histograms(root, plot),
+    )
+}
+
+/// Draws a figure in memory (SVG text, or RGB pixels encoded as PNG): writing the file is then
+/// the caller's, through [`OutputFile`] (atomic, errors in words).
+fn render(
+    format: PlotFormat,
+    size: (u32, u32),
+    what: &str,
+    svg: impl FnOnce(DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), String>,
+    bitmap: impl FnOnce(DrawingArea<BitMapBackend<'_>, Shift>) -> Result<(), String>,
+) -> Result<Vec<u8>, PlotError> {
+    let failed = |message| PlotError::Draw {
+        what: what.to_string(),
         message,
-    })
+    };
+    match format {
+        PlotFormat::Svg => {
+            let mut text = String::new();
+            svg(SVGBackend::with_string(&mut text, size).into_drawing_area()).map_err(failed)?;
+            Ok(text.into_bytes())
+        }
+        PlotFormat::Png => {
+            let mut rgb = vec![0u8; size.0 as usize * size.1 as usize * 3];
+            bitmap(BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area())
+                .map_err(failed)?;
+            let mut bytes = Vec::new();
+            let mut encoder = png::Encoder::new(&mut bytes, size.0, size.1);
+            encoder.set_color(png::ColorType::Rgb);
+            encoder.set_depth(png::BitDepth::Eight);
+            encoder
+                .write_header()
+                .and_then(|mut w| w.write_image_data(&rgb))
+                .map_err(|e| failed(format!("PNG encoding failed: {e}")))?;
+            Ok(bytes)
+        }
+    }
+}
+
+/// Writes one plot file through a temporary file (see [`crate::output`]).
+fn write_plot_file(path: &Path, bytes: &[u8], inputs: &InputIds) -> Result<(), PlotError> {
+    let mut out = OutputFile::create(path, "", inputs)?;
+    if let Err(e) = out.write_all(bytes).and_then(|_| out.flush()) {
+        return Err(PlotError::Write(out.failure(&e)));
+    }
+    out.commit()?;
+    Ok(())
 }
 
 /// Writes the offset plot (`sync-A-B.EXT`) and, if given, the histogram plot
 /// (`transfer-A-B.EXT`) of a pair into `dir` (created if needed), in every format asked for.
-/// Returns the files written.
+/// Each file is complete or left as it was; none replaces one of `inputs`. Returns the files
+/// written.
 pub fn write_pair_plots(
     dir: &Path,
     sync: &SyncPlot<'_>,
     histograms: Option<&HistogramPlot<'_>>,
     formats: &[PlotFormat],
+    inputs: &InputIds,
 ) -> Result<Vec<PathBuf>, PlotError> {
     std::fs::create_dir_all(dir).map_err(|source| PlotError::Dir {
         path: dir.to_path_buf(),
-        source,
+        message: crate::output::describe_io(&source),
     })?;
     let stem = format!("{}-{}", file_part(sync.a_name), file_part(sync.b_name));
     let mut written = Vec::new();
     for &format in formats {
         let path = dir.join(format!("sync-{stem}.{}", format.extension()));
-        draw_sync_plot(sync, &path, format)?;
+        write_plot_file(&path, &render_sync_plot(sync, format)?, inputs)?;
         written.push(path);
         if let Some(h) = histograms {
             let path = dir.join(format!("transfer-{stem}.{}", format.extension()));
-            draw_histogram_plot(h, &path, format)?;
+            write_plot_file(&path, &render_histogram_plot(h, format)?, inputs)?;
             written.push(path);
         }
     }

@@ -88,7 +88,21 @@ pub fn reduce(
     {
         return Err(ReductionError::NoSuchReference(r));
     }
-    let n = traces;
+    // Only traces that share a pair (and a forced reference) take part in the all-pairs search:
+    // its cost is cubic, and a text file may declare many traces that no message names.
+    let mut members: Vec<usize> = edges
+        .iter()
+        .filter(|e| e.a != e.b)
+        .flat_map(|e| [e.a as usize, e.b as usize])
+        .chain(reference.map(|r| r as usize))
+        .collect();
+    members.sort_unstable();
+    members.dedup();
+    let mut local = vec![usize::MAX; traces];
+    for (l, &t) in members.iter().enumerate() {
+        local[t] = l;
+    }
+    let n = members.len();
     let mut dist: Vec<Option<Weight>> = vec![None; n * n];
     let mut pred: Vec<u32> = vec![u32::MAX; n * n];
     // Direct map for (from, to): index from*n+to → map from→to.
@@ -97,10 +111,10 @@ pub fn reduce(
         dist[i * n + i] = Some(Weight::ZERO);
     }
     for e in edges {
-        let (a, b) = (e.a as usize, e.b as usize);
-        if a == b {
+        if e.a == e.b {
             continue;
         }
+        let (a, b) = (local[e.a as usize], local[e.b as usize]);
         for (i, j) in [(a, b), (b, a)] {
             if dist[i * n + j].is_none_or(|d| e.weight.lt(d)) {
                 dist[i * n + j] = Some(e.weight);
@@ -126,31 +140,37 @@ pub fn reduce(
             }
         }
     }
-    // Groups, in order of their lowest member.
-    let mut group = vec![u32::MAX; n];
+    // Groups, in order of their lowest member; a trace in no pair is a group of its own.
+    let mut group = vec![u32::MAX; traces];
     let mut groups = 0u32;
-    for i in 0..n {
-        if group[i] == u32::MAX {
-            for j in 0..n {
-                if dist[i * n + j].is_some() {
-                    group[j] = groups;
+    for t in 0..traces {
+        if group[t] != u32::MAX {
+            continue;
+        }
+        match local[t] {
+            usize::MAX => group[t] = groups,
+            i => {
+                for j in 0..n {
+                    if dist[i * n + j].is_some() {
+                        group[members[j]] = groups;
+                    }
                 }
             }
-            groups += 1;
         }
+        groups += 1;
     }
-    // Reference per group.
+    // Reference per group (local index, or the lone trace itself).
     let mut reference_of_group = vec![u32::MAX; groups as usize];
     if let Some(r) = reference {
         reference_of_group[group[r as usize] as usize] = r;
     }
-    for i in 0..n {
-        let g = group[i] as usize;
+    for t in 0..traces {
+        let g = group[t] as usize;
         if reference_of_group[g] != u32::MAX {
             continue;
         }
         let mut best: Option<(Weight, usize)> = None;
-        for c in (0..n).filter(|&c| group[c] as usize == g) {
+        for c in (0..n).filter(|&c| group[members[c]] as usize == g) {
             let sum = (0..n)
                 .filter_map(|j| dist[c * n + j])
                 .fold(Weight::ZERO, Weight::add);
@@ -158,31 +178,36 @@ pub fn reduce(
                 best = Some((sum, c));
             }
         }
-        reference_of_group[g] = best.map_or(i as u32, |(_, c)| c as u32);
+        reference_of_group[g] = best.map_or(t as u32, |(_, c)| members[c] as u32);
+    }
+    let mut sizes = vec![0usize; groups as usize];
+    for &g in &group {
+        sizes[g as usize] += 1;
     }
     // Compose along the shortest-path tree of each reference.
-    let mut out = Vec::with_capacity(n);
-    for k in 0..n {
+    let mut out = Vec::with_capacity(traces);
+    for k in 0..traces {
         let g = group[k];
         let r = reference_of_group[g as usize] as usize;
         let mut path = vec![k as u32];
         let mut map = Affine::IDENTITY;
-        let mut v = k;
-        while v != r {
-            let parent = pred[r * n + v] as usize;
-            let step = direct[v * n + parent].expect("shortest-path edges are direct pairs");
-            // map currently sends k → v; extend it to k → parent.
-            map = step.compose(&map);
-            path.push(parent as u32);
-            v = parent;
+        if k != r {
+            let (lr, mut v) = (local[r], local[k]);
+            while v != lr {
+                let parent = pred[lr * n + v] as usize;
+                let step = direct[v * n + parent].expect("shortest-path edges are direct pairs");
+                // map currently sends k → v; extend it to k → parent.
+                map = step.compose(&map);
+                path.push(members[parent] as u32);
+                v = parent;
+            }
         }
         path.reverse();
-        let size = group.iter().filter(|&&x| x == g).count();
         out.push(TraceMap {
             group: g,
             reference: r as u32,
             map,
-            synchronized: size > 1,
+            synchronized: sizes[g as usize] > 1,
             path,
         });
     }

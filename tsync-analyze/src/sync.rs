@@ -5,6 +5,8 @@
 //! accuracy curve are computed from its hulls, and the reduction composes the pair maps into one
 //! map per trace.
 
+use rustc_hash::FxHashMap;
+
 use crate::accuracy::{self, AccuracyCurve};
 use crate::corridor::{self, Affine, ExactLine, Quality};
 use crate::error::InputError;
@@ -157,46 +159,76 @@ struct PairState {
     linreg: LinRegAccumulator,
 }
 
+impl PairState {
+    fn new(a: u32, b: u32) -> Self {
+        PairState {
+            a,
+            b,
+            lower: HalfHull::new(Side::Lower),
+            upper: HalfHull::new(Side::Upper),
+            messages_ab: 0,
+            messages_ba: 0,
+            x_min: i64::MAX,
+            x_max: i64::MIN,
+            linreg: LinRegAccumulator::default(),
+        }
+    }
+}
+
+/// Traces below this index find their pair's slot in a flat table (256 KiB); pairs with a larger
+/// index in a hash map. The flat table keeps the per-message lookup a single load on usual
+/// inputs; the map keeps memory growing with the pairs that exchange messages, never with the
+/// square of a (declared) trace count.
+const DENSE_TRACES: usize = 256;
+
 /// The message sink that builds the hulls: the per-message hot path.
 #[derive(Clone, Debug)]
 pub struct PairAccumulator {
-    traces: usize,
-    /// slot + 1 of pair (a, b) at a·n + b; 0 = none yet.
-    index: Vec<u32>,
+    /// slot + 1 of pair (a, b) at a·[`DENSE_TRACES`] + b, for a, b below it; 0 = none yet.
+    dense: Box<[u32; DENSE_TRACES * DENSE_TRACES]>,
+    /// Slot of the other pairs, keyed `a << 32 | b`.
+    sparse: FxHashMap<u64, u32>,
     pairs: Vec<PairState>,
 }
 
+impl Default for PairAccumulator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl PairAccumulator {
-    pub fn new(traces: usize) -> Self {
+    pub fn new() -> Self {
         PairAccumulator {
-            traces,
-            index: vec![0; traces * traces],
+            dense: vec![0; DENSE_TRACES * DENSE_TRACES]
+                .into_boxed_slice()
+                .try_into()
+                .expect("the table's size"),
+            sparse: FxHashMap::default(),
             pairs: Vec::new(),
         }
     }
 
     #[inline]
     fn slot(&mut self, a: u32, b: u32) -> &mut PairState {
-        let i = a as usize * self.traces + b as usize;
-        let s = self.index[i];
-        let s = if s == 0 {
-            self.pairs.push(PairState {
-                a,
-                b,
-                lower: HalfHull::new(Side::Lower),
-                upper: HalfHull::new(Side::Upper),
-                messages_ab: 0,
-                messages_ba: 0,
-                x_min: i64::MAX,
-                x_max: i64::MIN,
-                linreg: LinRegAccumulator::default(),
-            });
-            self.index[i] = self.pairs.len() as u32;
-            self.pairs.len() - 1
+        let s = if (a | b) < DENSE_TRACES as u32 {
+            let i = a as usize * DENSE_TRACES + b as usize;
+            if self.dense[i] == 0 {
+                self.pairs.push(PairState::new(a, b));
+                self.dense[i] = self.pairs.len() as u32;
+            }
+            self.dense[i] - 1
         } else {
-            s as usize - 1
+            let pairs = &mut self.pairs;
+            *self
+                .sparse
+                .entry(u64::from(a) << 32 | u64::from(b))
+                .or_insert_with(|| {
+                    pairs.push(PairState::new(a, b));
+                    (pairs.len() - 1) as u32
+                })
         };
-        &mut self.pairs[s]
+        &mut self.pairs[s as usize]
     }
 
     /// Adds one message.
@@ -268,7 +300,7 @@ pub fn run(
     };
     let mut matching = options.matching.clone();
     matching.exchanges |= options.algorithm == Algorithm::Linreg;
-    let mut acc = PairAccumulator::new(inputs.traces.len());
+    let mut acc = PairAccumulator::new();
     let stats = inputs.for_each_message_in(&matching, &mut acc, progress)?;
     let names: Vec<String> = inputs.traces.iter().map(|t| t.name.clone()).collect();
     Ok(finish(acc, &names, stats, options, reference))
@@ -281,8 +313,8 @@ pub fn run_messages(
     options: &SyncOptions,
     reference: Option<u32>,
 ) -> SyncResult {
-    let mut acc = PairAccumulator::new(trace_names.len());
-    let mut pairing = crate::exchange::ReplyPairing::new(trace_names.len());
+    let mut acc = PairAccumulator::new();
+    let mut pairing = crate::exchange::ReplyPairing::new();
     let mut stats = MatchStats::default();
     for m in messages {
         stats.events += 2;
@@ -300,6 +332,76 @@ pub fn run_messages(
         }
     }
     finish(acc, trace_names, stats, options, reference)
+}
+
+/// How many names a warning lists before it says "and N more".
+const LISTED_NAMES: usize = 8;
+
+/// `names` joined with commas, the first [`LISTED_NAMES`] only.
+fn name_list(names: &[&str]) -> String {
+    if names.len() <= LISTED_NAMES {
+        return names.join(", ");
+    }
+    format!(
+        "{} and {} more",
+        names[..LISTED_NAMES].join(", "),
+        names.len() - LISTED_NAMES
+    )
+}
+
+/// The warnings that say which traces are not on a common timebase: a single input, groups that
+/// share no messages, traces related to nothing (listed, not one warning each: a text file may
+/// declare thousands of traces).
+fn unsynchronized_warnings(red: &reduction::Reduction, trace_names: &[String]) -> Vec<String> {
+    if trace_names.len() == 1 {
+        return vec![format!(
+            "only one trace ({}): there is nothing to synchronize it with; give the trace \
+             files of all nodes (or a text file declaring several traces)",
+            trace_names[0]
+        )];
+    }
+    let mut warnings = Vec::new();
+    let alone: Vec<&str> = red
+        .traces
+        .iter()
+        .zip(trace_names)
+        .filter(|(t, _)| !t.synchronized)
+        .map(|(_, n)| n.as_str())
+        .collect();
+    let mut groups: Vec<Vec<&str>> = vec![Vec::new(); red.groups as usize];
+    for (t, name) in red.traces.iter().zip(trace_names) {
+        if t.synchronized {
+            groups[t.group as usize].push(name);
+        }
+    }
+    let shared: Vec<String> = groups
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| !m.is_empty())
+        .map(|(g, m)| format!("group {g}: {}", name_list(m)))
+        .collect();
+    if shared.len() > 1 {
+        warnings.push(format!(
+            "the traces form {} groups that share no usable messages; each group has its own \
+             reference and timebase, and times of different groups are NOT comparable ({})",
+            shared.len(),
+            shared.join("; ")
+        ));
+    }
+    match alone.as_slice() {
+        [] => {}
+        [one] => warnings.push(format!(
+            "trace {one} could not be related to any other trace: it is NOT synchronized (left \
+             on its own clock)"
+        )),
+        many => warnings.push(format!(
+            "{} traces could not be related to any other trace: they are NOT synchronized (left \
+             on their own clocks): {}",
+            many.len(),
+            name_list(many)
+        )),
+    }
+    warnings
 }
 
 /// Computes pair results and the reduction from the accumulated hulls.
@@ -370,32 +472,7 @@ pub fn finish(
             (red, None)
         }
     };
-    if red.groups > 1 {
-        let mut groups: Vec<Vec<&str>> = vec![Vec::new(); red.groups as usize];
-        for (i, t) in red.traces.iter().enumerate() {
-            groups[t.group as usize].push(&trace_names[i]);
-        }
-        let list: Vec<String> = groups
-            .iter()
-            .enumerate()
-            .map(|(g, m)| format!("group {g}: {}", m.join(", ")))
-            .collect();
-        warnings.push(format!(
-            "the traces form {} groups that share no usable messages; each group has its own \
-             reference and timebase, and times of different groups are NOT comparable ({})",
-            red.groups,
-            list.join("; ")
-        ));
-    }
-    for (i, t) in red.traces.iter().enumerate() {
-        if !t.synchronized && trace_names.len() > 1 {
-            warnings.push(format!(
-                "trace {} could not be related to any other trace: it is NOT synchronized \
-                 (left on its own clock)",
-                trace_names[i]
-            ));
-        }
-    }
+    warnings.extend(unsynchronized_warnings(&red, trace_names));
     if let Some(r) = reference {
         let g = red.traces[r as usize].group;
         if red.traces.iter().any(|t| t.group != g) {

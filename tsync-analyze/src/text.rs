@@ -12,6 +12,13 @@ use crate::message::Message;
 
 /// Bytes read from the file at a time.
 const BLOCK: usize = 1 << 20;
+/// The longest line read (a message line is under 100 bytes): memory stays bounded on any input.
+const MAX_LINE: usize = 16 << 20;
+
+/// The most traces a text message file may declare. Memory grows with the traces and pairs that
+/// messages actually name, not with this number, but a count far beyond any traced system is a
+/// typo or a wrong file, and is said to be one.
+pub const MAX_TRACES: u32 = 4096;
 
 /// What the first data line of a text message file says.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,8 +54,24 @@ pub fn read_header(path: &Path) -> Result<TextHeader, InputError> {
             return Ok(true);
         }
         let mut q = p;
-        let n = parse_uint(bytes, &mut q)
-            .ok_or_else(|| InputError::syntax(path, line, "expected the number of traces"))?;
+        let n = match parse_uint(bytes, &mut q) {
+            Some(n) => n,
+            // Digits, but more than a u64 holds.
+            None if bytes[p].is_ascii_digit() => u64::MAX,
+            None => {
+                return Err(InputError::syntax(
+                    path,
+                    line,
+                    "expected the number of traces",
+                ));
+            }
+        };
+        if n == u64::MAX {
+            while bytes[q].is_ascii_digit() {
+                q += 1;
+            }
+        }
+        let digits = &bytes[p..q];
         q = skip_blanks(bytes, q);
         if bytes[q] != b'\n' {
             return Err(InputError::syntax(
@@ -57,11 +80,22 @@ pub fn read_header(path: &Path) -> Result<TextHeader, InputError> {
                 "the first line must hold only the number of traces",
             ));
         }
-        if n == 0 || n > u32::MAX as u64 / 2 {
+        if n == 0 {
             return Err(InputError::syntax(
                 path,
                 line,
-                format!("number of traces {n} is not usable (must be at least 1)"),
+                "the number of traces is 0: it must be at least 1",
+            ));
+        }
+        if n > MAX_TRACES as u64 {
+            return Err(InputError::syntax(
+                path,
+                line,
+                format!(
+                    "the file declares {} traces; tsync-analyze takes at most {MAX_TRACES} \
+                     traces per text file (is the first line really the number of traces?)",
+                    shown(digits)
+                ),
             ));
         }
         header = Some(TextHeader { traces: n as u32 });
@@ -166,6 +200,18 @@ fn scan<H: FnMut(u64, &[u8], &mut usize) -> Result<bool, InputError>>(
     loop {
         if !eof {
             if filled == buf.len() {
+                // The buffer holds no newline (else its complete lines were consumed): one line
+                // fills it all.
+                if buf.len() >= MAX_LINE {
+                    return Err(InputError::syntax(
+                        path,
+                        line + 1,
+                        format!(
+                            "the line is longer than {} MiB: not a text message file",
+                            MAX_LINE >> 20
+                        ),
+                    ));
+                }
                 buf.resize(buf.len() * 2, 0);
             }
             let n = loop {
@@ -326,7 +372,7 @@ fn parse_record(b: &[u8], p: &mut usize, traces: u64) -> Result<(u64, u64, i64, 
 
 fn rest_of_line(b: &[u8], p: usize) -> String {
     let e = skip_line(b, p) - 1;
-    String::from_utf8_lossy(&b[p..e.min(p + 40)]).into_owned()
+    shown(&b[p..e])
 }
 
 #[inline]
@@ -470,21 +516,45 @@ const POW10: [u64; 10] = [
     1_000_000_000,
 ];
 
-fn token(b: &[u8], start: usize) -> String {
+/// The end of the token that starts at `start` (the next blank or line end).
+fn token_end(b: &[u8], start: usize) -> usize {
     let mut e = start;
     while !matches!(b[e], b' ' | b'\t' | b'\r' | b'\n') {
         e += 1;
     }
-    String::from_utf8_lossy(&b[start..e]).into_owned()
+    e
+}
+
+/// The token at `start` as shown in an error message: cut to [`SHOWN_CHARS`] characters, so that a
+/// megabyte of garbage on one line does not flood the terminal.
+fn token(b: &[u8], start: usize) -> String {
+    shown(&b[start..token_end(b, start)])
+}
+
+/// How many characters of a bad token or line an error message shows.
+const SHOWN_CHARS: usize = 40;
+
+/// `bytes` as text for an error message, cut to [`SHOWN_CHARS`] characters with `…` marking a cut.
+pub(crate) fn shown(bytes: &[u8]) -> String {
+    // SHOWN_CHARS characters take at most 4 bytes each.
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(4 * SHOWN_CHARS)]);
+    let mut chars = text.chars();
+    let mut out: String = chars.by_ref().take(SHOWN_CHARS).collect();
+    if chars.next().is_some() || bytes.len() > 4 * SHOWN_CHARS {
+        out.push('…');
+    }
+    out
 }
 
 #[cold]
 fn parse_seconds_float(b: &[u8], p: &mut usize, start: usize, what: &str) -> Result<i64, String> {
-    let tok = token(b, start);
-    *p = start + tok.len();
-    let t: f64 = tok
-        .parse()
-        .map_err(|_| format!("{what} `{tok}` is not a number"))?;
+    let end = token_end(b, start);
+    *p = end;
+    let tok = shown(&b[start..end]);
+    let t: f64 = std::str::from_utf8(&b[start..end])
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| format!("{what} `{tok}` is not a number"))?;
     if !t.is_finite() {
         return Err(format!("{what} `{tok}` is not finite"));
     }

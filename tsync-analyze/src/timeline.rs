@@ -177,7 +177,7 @@ impl Timeline {
         };
         let n = inputs.traces.len();
         let mut gatherer = Gatherer {
-            acc: PairAccumulator::new(n),
+            acc: PairAccumulator::new(),
             linreg: sync_options.algorithm == Algorithm::Linreg,
             keep_messages: options.keep_messages,
             text_messages: Vec::new(),

@@ -9,7 +9,7 @@
 //! The estimate itself never uses it.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -32,7 +32,10 @@ pub fn is_trace_file(prefix: &[u8]) -> bool {
 
 fn trace_error(path: &Path, e: FormatError) -> InputError {
     match e {
-        FormatError::Io { context, source } => InputError::Io {
+        FormatError::Io {
+            context,
+            error: source,
+        } => InputError::Io {
             path: path.to_path_buf(),
             source: std::io::Error::new(source.kind(), format!("{context}: {source}")),
         },
@@ -68,6 +71,8 @@ struct Stream {
     last_ts: i64,
     out_of_order: u64,
     invalid: u64,
+    /// First and last event on the merge axis (None for a trace without events).
+    span: Option<(i64, i64)>,
 }
 
 impl Stream {
@@ -122,14 +127,16 @@ fn node_name(st: &Stream) -> String {
 }
 
 /// The addresses of the traced nodes' interfaces (from the headers), in the events' layout:
-/// network byte order, IPv4 in the first 4 bytes. Loopback and unspecified addresses are left out:
-/// every node has them.
-fn node_addresses<'a>(headers: impl Iterator<Item = &'a Header>) -> HashSet<[u8; 16]> {
-    let mut set = HashSet::new();
-    for addr in headers
-        .flat_map(|h| &h.interfaces)
-        .flat_map(|i| &i.addresses)
-    {
+/// network byte order, IPv4 in the first 4 bytes, each with its trace. Loopback and unspecified
+/// addresses are left out: every node has them.
+fn node_addresses<'a>(headers: impl Iterator<Item = (u32, &'a Header)>) -> HashMap<[u8; 16], u32> {
+    let mut set = HashMap::new();
+    for (trace, addr) in headers.flat_map(|(trace, h)| {
+        h.interfaces
+            .iter()
+            .flat_map(|i| &i.addresses)
+            .map(move |a| (trace, a))
+    }) {
         let ip = addr.split('/').next().unwrap_or_default();
         let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
             continue;
@@ -142,9 +149,70 @@ fn node_addresses<'a>(headers: impl Iterator<Item = &'a Header>) -> HashSet<[u8;
             std::net::IpAddr::V4(v4) => bytes[..4].copy_from_slice(&v4.octets()),
             std::net::IpAddr::V6(v6) => bytes = v6.octets(),
         }
-        set.insert(bytes);
+        set.entry(bytes).or_insert(trace);
     }
     set
+}
+
+/// The same recording given twice (a copy, a link under another name): same boot, node and start
+/// instant. Every packet of it would be seen twice on one side, so none could match.
+fn duplicate_warnings(streams: &[Stream]) -> Vec<String> {
+    let id = |h: &Header| {
+        (
+            h.boot_id.clone(),
+            h.node.clone(),
+            h.start_monotonic_ns,
+            h.start_realtime_ns,
+        )
+    };
+    let mut warnings = Vec::new();
+    for (j, b) in streams.iter().enumerate() {
+        if let Some(a) = streams[..j]
+            .iter()
+            .find(|a| id(a.reader.header()) == id(b.reader.header()))
+        {
+            warnings.push(format!(
+                "{} and {} are the same recording (node {}, same boot and start): give each \
+                 node's trace once; its packets cannot match while it is given twice",
+                a.path.display(),
+                b.path.display(),
+                node_name(b)
+            ));
+        }
+    }
+    warnings
+}
+
+/// Pairs of recordings that share no instant (checked on the merge axis, the nodes' realtime
+/// clocks): no packet can have been seen by both, so they cannot be synchronized directly.
+fn overlap_warnings(streams: &[Stream]) -> Vec<String> {
+    let spans: Vec<(&Stream, (i64, i64))> = streams
+        .iter()
+        .filter_map(|st| st.span.map(|s| (st, s)))
+        .collect();
+    let Some(t0) = spans.iter().map(|(_, (first, _))| *first).min() else {
+        return Vec::new();
+    };
+    let secs = |t: i64| (t - t0) as f64 / 1e9;
+    let mut warnings = Vec::new();
+    for (j, (b, (b0, b1))) in spans.iter().enumerate() {
+        for (a, (a0, a1)) in &spans[..j] {
+            if a1 < b0 || b1 < a0 {
+                warnings.push(format!(
+                    "the recordings {} ({:.3} s to {:.3} s) and {} ({:.3} s to {:.3} s) do not \
+                     overlap in time (seconds after the earliest recording's start, on the nodes' \
+                     realtime clocks): no packet can be in both",
+                    node_name(a),
+                    secs(*a0),
+                    secs(*a1),
+                    node_name(b),
+                    secs(*b0),
+                    secs(*b1)
+                ));
+            }
+        }
+    }
+    warnings
 }
 
 /// How many events ahead the matcher is asked to load the index cells an event will probe.
@@ -175,6 +243,7 @@ pub fn match_files<S: MessageSink + ?Sized>(
             last_ts: i64::MIN,
             out_of_order: 0,
             invalid: 0,
+            span: None,
         });
     }
     let mut warnings = Vec::new();
@@ -192,12 +261,17 @@ pub fn match_files<S: MessageSink + ?Sized>(
         }
         warnings = alignment.warnings;
     }
+    warnings.extend(duplicate_warnings(&streams));
+    let mut matcher = Matcher::new(options);
     let mut heap = BinaryHeap::with_capacity(streams.len());
     for (i, st) in streams.iter_mut().enumerate() {
         // (An event chunk may be empty: look for the first event.)
         while st.refill()? {
             if let Some(first) = st.reader.current_events().first() {
-                heap.push(Reverse((st.aligned(first), i)));
+                let first = st.aligned(first);
+                heap.push(Reverse((first, i)));
+                matcher.trace_starts(st.trace, first);
+                st.span = Some((first, first));
                 break;
             }
         }
@@ -206,9 +280,10 @@ pub fn match_files<S: MessageSink + ?Sized>(
     // others by a small fraction of it. Taking events in slices instead of one by one keeps the
     // heap off the per-event path.
     let slack = (options.window_ns / 16).max(0);
-    let mut matcher = Matcher::new(options);
     matcher.set_events_wanted(sink.wants_events());
-    matcher.set_node_addresses(node_addresses(streams.iter().map(|st| st.reader.header())));
+    matcher.set_node_addresses(node_addresses(
+        streams.iter().map(|st| (st.trace, st.reader.header())),
+    ));
     while let Some(Reverse((_, i))) = heap.pop() {
         let limit = heap
             .peek()
@@ -218,7 +293,17 @@ pub fn match_files<S: MessageSink + ?Sized>(
             let events = st.reader.current_events();
             if st.pos == events.len() {
                 progress(events.len() as u64 * tsync_common::EVENT_SIZE as u64);
+                // The span ends with the last event of the last chunk (per chunk, not per event:
+                // this loop is the hot path).
+                if let Some(last) = events.last().map(|e| st.aligned(e))
+                    && let Some(span) = st.span.as_mut()
+                {
+                    span.1 = span.1.max(last);
+                }
                 if !st.refill()? {
+                    if let Some((_, last)) = st.span {
+                        matcher.trace_ends(st.trace, last);
+                    }
                     break;
                 }
                 continue;
@@ -251,6 +336,7 @@ pub fn match_files<S: MessageSink + ?Sized>(
         }
     }
     let mut stats = matcher.finish(sink);
+    warnings.extend(overlap_warnings(&streams));
     stats.warnings.extend(warnings);
     stats.warnings.extend(offload_warning(&stats));
     for st in &streams {

@@ -2,27 +2,19 @@
 //! `--plot` — run end to end on text message files and on agent trace files.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
 mod common;
-use common::{epoch_ns, tshark};
+use common::{epoch_ns, lttv, tshark};
 use tsync_analyze::synth::{Clock, DelayTail, Workload};
 use tsync_common::format::{Footer, Header, TraceWriter};
 use tsync_common::{ETH_P_IP, IPPROTO_TCP, PacketEvent, direction, kind, tcp_flag};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tsync-analyze"))
-}
-
-fn lttv(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/lttv")
-        .join(name)
-        .to_string_lossy()
-        .into_owned()
 }
 
 fn run(args: &[&str]) -> Output {

@@ -185,7 +185,7 @@ fn write(fig: &Figure, dir: &Path, formats: &[PlotFormat]) -> Vec<std::path::Pat
             },
         ],
     };
-    write_pair_plots(dir, &sync, Some(&hist), formats).unwrap()
+    write_pair_plots(dir, &sync, Some(&hist), formats, &Default::default()).unwrap()
 }
 
 #[test]
@@ -295,7 +295,14 @@ fn a_pair_without_messages_is_a_clear_error() {
         b_name: "b",
         ..SyncPlot::default()
     };
-    let err = write_pair_plots(dir.path(), &sync, None, &[PlotFormat::Svg]).unwrap_err();
+    let err = write_pair_plots(
+        dir.path(),
+        &sync,
+        None,
+        &[PlotFormat::Svg],
+        &Default::default(),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("no messages"), "{err}");
 }
 
@@ -310,7 +317,14 @@ fn a_pair_with_one_direction_and_no_line_still_plots() {
         ab: &pair.ab,
         ..SyncPlot::default()
     };
-    let files = write_pair_plots(dir.path(), &sync, None, &[PlotFormat::Svg]).unwrap();
+    let files = write_pair_plots(
+        dir.path(),
+        &sync,
+        None,
+        &[PlotFormat::Svg],
+        &Default::default(),
+    )
+    .unwrap();
     assert_eq!(files, vec![dir.path().join("sync-client-server_2.svg")]);
     if let Some(keep) = std::env::var_os("TSYNC_EXAMPLE_PLOT_DIR") {
         std::fs::copy(&files[0], Path::new(&keep).join("incomplete.svg")).unwrap();

@@ -370,3 +370,87 @@ fn unmatched_super_packets_between_traced_nodes_point_at_offloads() {
     assert_eq!(st.oversize_unmatched, 0);
     assert!(!st.warnings.iter().any(|w| w.contains("offloads")));
 }
+
+#[test]
+fn super_packets_after_the_receivers_trace_ended_do_not_blame_offloads() {
+    // b's recording stops (cut short, or stopped earlier) after 10 exchanges; a goes on sending
+    // large packets to b for 40 more. Those find no partner because b was not recording.
+    let s = 1_000_000_000u64;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for i in 0..50u32 {
+        let t = s + u64::from(i) * 100_000_000;
+        let mut big = tcp(t, direction::SEND, 1, 2, 100_000 + 2920 * i);
+        big.tot_len = 1500 + 1000;
+        a.push(big);
+        if i < 10 {
+            let mut got = big;
+            got.ts_ns = t + 50_000;
+            got.direction = direction::RECV;
+            b.push(got);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (pa, pb) = (dir.path().join("a.trace"), dir.path().join("b.trace"));
+    write_node(&pa, "a", Some("10.0.0.1/24"), &a);
+    write_node(&pb, "b", Some("10.0.0.2/24"), &b);
+    let st = InputSet::open(&[&pa, &pb])
+        .unwrap()
+        .for_each_message(
+            &MatchOptions::default(),
+            &mut Collect::default(),
+            &mut |_| {},
+        )
+        .unwrap();
+    assert_eq!(st.matched, 10);
+    assert_eq!(st.unmatched, 40);
+    assert_eq!(st.oversize_unmatched, 0, "b was not recording any more");
+    assert!(!st.warnings.iter().any(|w| w.contains("offloads")));
+}
+
+#[test]
+fn the_same_recording_twice_and_recordings_that_do_not_overlap_are_named() {
+    let s = 1_000_000_000u64;
+    let early: Vec<_> = (0..20u32)
+        .map(|i| tcp(s + u64::from(i) * 1_000_000, direction::SEND, 1, 2, i))
+        .collect();
+    // b records an hour later.
+    let late: Vec<_> = (0..20u32)
+        .map(|i| {
+            tcp(
+                3_600 * s + u64::from(i) * 1_000_000,
+                direction::RECV,
+                1,
+                2,
+                500 + i,
+            )
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let (pa, pb) = (dir.path().join("a.trace"), dir.path().join("b.trace"));
+    write(&pa, "a", &early);
+    write(&pb, "b", &late);
+    let copy = dir.path().join("a-copy.trace");
+    std::fs::copy(&pa, &copy).unwrap();
+    let st = |paths: &[&Path]| {
+        InputSet::open(paths)
+            .unwrap()
+            .for_each_message(
+                &MatchOptions::default(),
+                &mut Collect::default(),
+                &mut |_| {},
+            )
+            .unwrap()
+    };
+    let w = st(&[&pa, &pb]).warnings;
+    assert!(
+        w.iter()
+            .any(|w| w.contains("do not overlap") && w.contains("3599.0")),
+        "{w:?}"
+    );
+    let w = st(&[&pa, &copy]).warnings;
+    assert!(
+        w.iter()
+            .any(|w| w.contains("same recording") && w.contains("a-copy.trace")),
+        "{w:?}"
+    );
+}

@@ -180,12 +180,10 @@ impl std::fmt::Display for Damage {
 /// What can go wrong reading or writing a trace file.
 #[derive(thiserror::Error, Debug)]
 pub enum FormatError {
-    #[error("{context}: {source}")]
-    Io {
-        context: String,
-        #[source]
-        source: io::Error,
-    },
+    /// The OS error is part of the message, and deliberately not a `source`: an error chain
+    /// printed whole (`anyhow`'s `{:#}`) would say it twice.
+    #[error("{context}: {error}")]
+    Io { context: String, error: io::Error },
     #[error("not a tsync trace file (it does not start with \"TSYNCTRC\")")]
     NotATrace,
     #[error(
@@ -207,7 +205,7 @@ impl FormatError {
     fn io(context: impl Into<String>, source: io::Error) -> Self {
         FormatError::Io {
             context: context.into(),
-            source,
+            error: source,
         }
     }
 }
@@ -220,8 +218,10 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, FormatError> {
 /// Decodes a metadata chunk, which must be exactly one value: trailing bytes mean the chunk is
 /// not what its kind says (a corrupt kind field), and are refused rather than ignored.
 fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    let (value, used) = bincode::serde::decode_from_slice(bytes, bincode::config::standard())
-        .map_err(|e| e.to_string())?;
+    // The limit makes a corrupt length prefix an error instead of an allocation of its size.
+    let config = bincode::config::standard().with_limit::<{ MAX_CHUNK_PAYLOAD as usize }>();
+    let (value, used) =
+        bincode::serde::decode_from_slice(bytes, config).map_err(|e| e.to_string())?;
     match bytes.len() - used {
         0 => Ok(value),
         extra => Err(format!("{extra} bytes after the value")),

@@ -453,7 +453,7 @@ impl Agent {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", ns])
             .arg(bin)
-            .args(["record", "-o"]);
+            .args(["record", "--force", "-o"]);
         cmd.arg(trace);
         if all_netns {
             cmd.arg("--all-netns");

@@ -103,7 +103,8 @@ fn start_agent(lab: &Lab, k: usize, skew: ClockSkew, out: &Path) -> anyhow::Resu
     let log = out.join(format!("agent-{k}.log"));
     let mut child = lab
         .command(k, &release_binary("tsync-agent"))
-        .args(["record", "-o"])
+        // The demo owns its output directory: a repeated run replaces its own traces.
+        .args(["record", "--force", "-o"])
         .arg(&file)
         .args(["--node", &format!("node-{k}")])
         .arg(format!(

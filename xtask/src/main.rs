@@ -6,6 +6,7 @@ mod bench;
 mod bench_analyze;
 mod bench_capture;
 mod demo;
+mod fuzz;
 mod machine;
 mod netns;
 mod setup;
@@ -52,6 +53,9 @@ tasks! {
         Demo(demo::DemoArgs),
         /// Benchmarks (not timed tests): both with no subcommand, and one report.
         Bench(bench::Args),
+        /// Coverage-guided fuzzing (cargo-fuzz, nightly) of the trace reader, the text parser and
+        /// the sync pipeline; corpus kept in target/fuzz-corpus.
+        Fuzz(fuzz::Args),
         /// Runs a program and prints its wall time and peak RSS (a helper of the benchmarks).
         #[command(hide = true)]
         PeakRss(bench_analyze::PeakRss),

@@ -1,4 +1,5 @@
-//! `cargo xtask setup`: installs everything building and testing tsync needs on a fresh machine.
+//! `cargo xtask setup`: installs everything building and testing tsync needs on a fresh machine
+//! (nightly rust-src, bpf-linker, cargo-fuzz, Debian packages, mounts).
 //!
 //! Idempotent and fast when everything is there already: each step first checks, then acts.
 use std::{
@@ -13,6 +14,8 @@ use anyhow::{Context as _, Result, bail};
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// The bpf-linker feature matching the LLVM major version of the nightly toolchain.
 const BPF_LINKER_LLVM_FEATURE: &str = "llvm-22";
+/// The cargo-fuzz release `cargo xtask setup` installs when there is none.
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// Debian packages the tests and benchmarks call (`ip`, `bpftool`, `iperf3`, `tshark`, `setpriv`)
 /// and the font the plots are drawn with.
 const DEBIAN_PACKAGES: &[&str] = &[
@@ -41,6 +44,7 @@ impl Args {
 pub fn run_setup(apt: bool) -> Result<()> {
     ensure_nightly_rust_src()?;
     ensure_bpf_linker()?;
+    ensure_cargo_fuzz()?;
     if apt {
         ensure_debian_packages()?;
     }
@@ -144,6 +148,27 @@ fn ensure_bpf_linker() -> Result<()> {
     if !bpf_linker_ok() {
         bail!(
             "bpf-linker {BPF_LINKER_VERSION} was installed but is not on PATH (add ~/.cargo/bin)"
+        );
+    }
+    Ok(())
+}
+
+/// `cargo xtask fuzz` (and `test`) run the fuzz targets with cargo-fuzz on the nightly toolchain,
+/// which needs nothing more than the toolchain itself (libFuzzer comes with `libfuzzer-sys`).
+/// Installed only when `cargo +nightly fuzz` does not run; any installed release is kept.
+fn ensure_cargo_fuzz() -> Result<()> {
+    let works = || output(Command::new("cargo").args(["+nightly", "fuzz", "--version"])).is_some();
+    if works() {
+        return Ok(());
+    }
+    eprintln!("setup: installing cargo-fuzz {CARGO_FUZZ_VERSION} (about a minute)");
+    run(Command::new("cargo")
+        .args(["install", "--locked"])
+        .arg(format!("cargo-fuzz@{CARGO_FUZZ_VERSION}")))?;
+    if !works() {
+        bail!(
+            "cargo-fuzz was installed but `cargo +nightly fuzz --version` fails (is ~/.cargo/bin \
+             on PATH? is the nightly toolchain installed?)"
         );
     }
     Ok(())

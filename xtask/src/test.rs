@@ -1,6 +1,6 @@
 //! `cargo xtask test`: the project's test command (README, CI): setup, fmt, clippy, the
-//! workspace's tests, then the end-to-end demo with random skews (real kernel, real traffic,
-//! every figure checked against the injected truth).
+//! workspace's tests, a short run of every fuzz target, then the end-to-end demo with random skews
+//! (real kernel, real traffic, every figure checked against the injected truth).
 use std::process::Command;
 
 use anyhow::Result;
@@ -15,6 +15,9 @@ pub struct Args {
     /// Skip the end-to-end demo (it needs root and takes about a minute plus a release build).
     #[arg(long)]
     no_demo: bool,
+    /// Seconds of fuzzing per fuzz target after the tests, as `cargo xtask fuzz` does (0: skip).
+    #[arg(long, value_name = "SECS", default_value_t = 15)]
+    fuzz_seconds: u64,
     /// Extra arguments passed to `cargo test` (after `--`).
     #[arg(last = true)]
     test_args: Vec<String>,
@@ -41,6 +44,13 @@ impl Args {
         run(Command::new(&cargo)
             .args(["test", "--workspace"])
             .args(&self.test_args))?;
+        if self.fuzz_seconds > 0 {
+            eprintln!(
+                "test: cargo xtask fuzz --seconds {} (every target)",
+                self.fuzz_seconds
+            );
+            crate::fuzz::run_targets(crate::fuzz::TARGETS, self.fuzz_seconds)?;
+        }
         if self.no_demo {
             return Ok(());
         }

@@ -5,7 +5,7 @@ use clap::Args;
 use tsync_analyze::clc::{ClcOutcome, ClcReport, PairLatency};
 use tsync_analyze::timeline::{Timeline, TimelineOptions};
 
-use super::{ClcArgs, CmdResult, SyncArgs};
+use super::{ClcArgs, CliError, CmdResult, SyncArgs};
 
 #[derive(Args)]
 pub struct CorrectCmd {
@@ -29,7 +29,7 @@ pub fn clc_timeline(
     clc: &ClcArgs,
     l_min_ns: Option<f64>,
     plot_samples: bool,
-) -> Result<(Timeline, PairLatency, ClcOutcome), String> {
+) -> Result<(Timeline, PairLatency, ClcOutcome), CliError> {
     let l_min_ns = super::l_min_arg(l_min_ns)?;
     let options = TimelineOptions {
         sync: sync.options()?,
@@ -53,7 +53,8 @@ pub fn run(a: CorrectCmd) -> CmdResult {
     } else {
         render(&outcome.report)
     };
-    super::write_stdout(out.as_bytes())
+    super::write_stdout(out.as_bytes())?;
+    super::synchronized_enough(&timeline.sync, a.sync.strict)
 }
 
 /// The human-readable report.

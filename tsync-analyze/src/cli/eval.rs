@@ -29,6 +29,7 @@ pub struct EvalCmd {
 }
 
 pub fn run(a: EvalCmd) -> CmdResult {
+    a.clc_params.check_used(a.clc)?;
     let plot_samples = a.plot.plot.is_some();
     let (timeline, report) = if a.clc {
         let (timeline, l_min, outcome) =
@@ -65,7 +66,8 @@ pub fn run(a: EvalCmd) -> CmdResult {
     } else {
         render(&report, &names)
     };
-    super::write_stdout(out.as_bytes())
+    super::write_stdout(out.as_bytes())?;
+    super::synchronized_enough(&timeline.sync, a.sync.strict)
 }
 
 fn opt_ns(v: Option<f64>) -> String {

@@ -1,22 +1,23 @@
 //! `tsync-analyze export`: every captured event on the common timebase, as pcapng (Wireshark,
 //! tshark), JSON Lines or CSV, streamed in corrected-time order.
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
-use tsync_analyze::export::{ExportError, ExportFormat, ExportOptions, exporter};
-use tsync_analyze::timeline::{ExportSummary, Timeline, TimelineError, TimelineOptions};
+use tsync_analyze::export::{ExportFormat, ExportOptions, exporter};
+use tsync_analyze::output::{InputIds, OutputFile};
+use tsync_analyze::timeline::{ExportSummary, Timeline, TimelineOptions};
 
-use super::{ClcArgs, CmdResult, SyncArgs};
+use super::{ClcArgs, CliError, CmdResult, SyncArgs};
 
 #[derive(Args)]
 pub struct ExportCmd {
     /// Output format.
     #[arg(long, value_enum)]
     pub format: FormatArg,
-    /// Output file (`-` for stdout).
+    /// Output file (`-` for stdout). Written to a temporary file and renamed into place once
+    /// complete; an input is never accepted as the output.
     #[arg(short, long, value_name = "OUT")]
     pub output: PathBuf,
     /// Apply the controlled logical clock after the linear correction (holds 8 bytes per event).
@@ -26,7 +27,7 @@ pub struct ExportCmd {
     pub clc_params: ClcArgs,
     /// --clc: minimum message latency (ns) for every pair, instead of half the smallest round
     /// trip of each pair's exchanges.
-    #[arg(long, value_name = "NS")]
+    #[arg(long, value_name = "NS", requires = "clc")]
     pub l_min_ns: Option<f64>,
     /// pcapng: leave out the per-packet comment (node, event, original time, peer).
     #[arg(long)]
@@ -53,6 +54,15 @@ impl FormatArg {
 }
 
 pub fn run(a: ExportCmd) -> CmdResult {
+    // Before anything is read: an export must never replace one of its inputs.
+    let inputs = InputIds::of(&a.sync.inputs);
+    inputs.check(&a.output).map_err(|e| e.to_string())?;
+    a.clc_params.check_used(a.clc)?;
+    if a.no_comments && !matches!(a.format, FormatArg::Pcapng) {
+        return Err(CliError::usage(
+            "--no-comments only applies with --format pcapng",
+        ));
+    }
     let (timeline, corrected) = if a.clc {
         let (timeline, _, outcome) =
             super::correct::clc_timeline(&a.sync, &a.clc_params, a.l_min_ns, false)?;
@@ -63,9 +73,6 @@ pub fn run(a: ExportCmd) -> CmdResult {
         );
         (timeline, Some(outcome.corrected))
     } else {
-        if a.l_min_ns.is_some() {
-            return Err("--l-min-ns only applies with --clc".into());
-        }
         let options = TimelineOptions {
             sync: a.sync.options()?,
             keep_messages: true,
@@ -74,24 +81,27 @@ pub fn run(a: ExportCmd) -> CmdResult {
         (super::build_timeline(&a.sync.inputs, &options)?, None)
     };
     super::print_warnings(&timeline);
-    let summary = if a.output == Path::new("-") {
-        let out = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-        match write(&timeline, corrected.as_deref(), &a, out) {
-            // The reader (`| head`) has seen enough.
-            Err(WriteError::ClosedPipe) => return Ok(()),
-            other => other,
+    let mut out = OutputFile::create(&a.output, "", &inputs).map_err(|e| e.to_string())?;
+    let summary = match write(
+        &timeline,
+        corrected.as_deref(),
+        &a,
+        BufWriter::with_capacity(1 << 16, &mut out),
+    ) {
+        Ok(summary) => summary,
+        // The reader (`| head`) has seen enough.
+        Err(e)
+            if closed_pipe(&e)
+                || out
+                    .io_error()
+                    .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            return Ok(());
         }
-    } else {
-        let file = File::create(&a.output)
-            .map_err(|e| format!("cannot create {}: {e}", a.output.display()))?;
-        let result = write(&timeline, corrected.as_deref(), &a, BufWriter::new(file));
-        if result.is_err() {
-            // A partial export looks complete to the tools that read it.
-            let _ = std::fs::remove_file(&a.output);
-        }
-        result
-    }
-    .map_err(|e| e.to_string())?;
+        // Dropping `out` removes the partial file: the target stays as it was.
+        Err(e) => return Err(out.failure(&e).into()),
+    };
+    out.commit().map_err(|e| e.to_string())?;
     eprintln!(
         "tsync-analyze: exported {} events ({} with a matched peer) to {}{}",
         summary.events,
@@ -106,24 +116,12 @@ pub fn run(a: ExportCmd) -> CmdResult {
             String::new()
         }
     );
-    Ok(())
+    super::synchronized_enough(&timeline.sync, a.sync.strict)
 }
 
-/// Why writing the export stopped.
-enum WriteError {
-    /// stdout was closed by its reader.
-    ClosedPipe,
-    Failed(String),
-}
-
-impl std::fmt::Display for WriteError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WriteError::ClosedPipe => f.write_str("the output was closed"),
-            WriteError::Failed(m) => f.write_str(m),
-        }
-    }
-}
+/// Why writing the export stopped: the format library's error (the I/O error underneath is kept
+/// by the [`OutputFile`]).
+type WriteError = Box<dyn std::error::Error>;
 
 fn write<W: Write>(
     timeline: &Timeline,
@@ -131,9 +129,6 @@ fn write<W: Write>(
     a: &ExportCmd,
     out: W,
 ) -> Result<ExportSummary, WriteError> {
-    let failed = |e: &dyn std::fmt::Display| {
-        WriteError::Failed(format!("export to {} failed: {e}", a.output.display()))
-    };
     let nodes: Vec<String> = timeline
         .inputs
         .traces
@@ -141,21 +136,18 @@ fn write<W: Write>(
         .map(|t| t.name.clone())
         .collect();
     let options = ExportOptions {
-        pcap_time_base_ns: timeline.pcap_time_base_ns().map_err(|e| failed(&e))?,
+        pcap_time_base_ns: timeline.pcap_time_base_ns()?,
         pcap_comments: !a.no_comments,
     };
-    let mut sink = exporter(a.format.format(), out, &nodes, &options).map_err(|e| failed(&e))?;
-    match timeline.export(corrected, sink.as_mut()) {
-        Ok(summary) => Ok(summary),
-        Err(TimelineError::Export(e)) if closed_pipe(&e) => Err(WriteError::ClosedPipe),
-        Err(e) => Err(failed(&e)),
-    }
+    let mut sink = exporter(a.format.format(), out, &nodes, &options)?;
+    let summary = timeline.export(corrected, sink.as_mut())?;
+    Ok(summary)
 }
 
 /// Whether an export error is, at its root, the reader closing the pipe (the CSV and pcapng
 /// writers wrap the I/O error in their own).
-fn closed_pipe(e: &ExportError) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+fn closed_pipe(e: &WriteError) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
     while let Some(c) = cause {
         let io = c.downcast_ref::<std::io::Error>().or_else(|| {
             match c.downcast_ref::<csv::Error>()?.kind() {

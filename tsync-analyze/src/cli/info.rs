@@ -128,5 +128,6 @@ pub fn run(a: InfoCmd) -> CmdResult {
     } else {
         texts.join("\n")
     };
-    super::write_stdout(out.as_bytes())
+    // A piped input is described under the name it was given, not its temporary copy's.
+    super::write_stdout(super::spool::as_given(&out).as_bytes())
 }

@@ -73,7 +73,7 @@ pub fn run(a: MessagesCmd) -> CmdResult {
     let flushed = w.out.flush();
     match w.error.map_or(flushed, Err) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
-        Err(e) => return Err(format!("cannot write the output: {e}")),
+        Err(e) => return Err(format!("cannot write the output: {e}").into()),
         Ok(()) => {}
     }
     eprintln!(

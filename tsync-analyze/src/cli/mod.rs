@@ -5,6 +5,7 @@ pub mod eval;
 pub mod export;
 pub mod info;
 pub mod messages;
+pub mod spool;
 pub mod sync;
 
 use std::io::Write;
@@ -12,16 +13,62 @@ use std::path::PathBuf;
 
 use clap::Args;
 use tsync_analyze::clc::ClcParams;
+use tsync_analyze::corridor::Quality;
 use tsync_analyze::figures;
 use tsync_analyze::input::InputSet;
 use tsync_analyze::matching::{DEFAULT_WINDOW_NS, MatchOptions};
 use tsync_analyze::plot::PlotFormat;
 use tsync_analyze::progress;
-use tsync_analyze::sync::{Algorithm, SyncOptions};
+use tsync_analyze::sync::{Algorithm, SyncOptions, SyncResult};
 use tsync_analyze::timeline::{Timeline, TimelineOptions};
 
-/// A command's failure: the message printed after `tsync-analyze: error:`.
-pub type CmdResult = Result<(), String>;
+/// A command's failure: the message printed after `tsync-analyze: error:`, and the exit status
+/// it gives (documented in the README).
+#[derive(Debug)]
+pub enum CliError {
+    /// Options that contradict each other or do nothing: status 2, as clap's own usage errors.
+    Usage(String),
+    /// The command could not do its work: status 1.
+    Failed(String),
+    /// The command finished, but traces are not on one timebase (always when nothing was
+    /// synchronized; with `--strict` also for any unsynchronized trace or approximate pair):
+    /// status 3.
+    NotSynchronized(String),
+}
+
+impl CliError {
+    pub fn usage(msg: impl Into<String>) -> Self {
+        CliError::Usage(msg.into())
+    }
+
+    pub fn exit_status(&self) -> u8 {
+        match self {
+            CliError::Failed(_) => 1,
+            CliError::Usage(_) => 2,
+            CliError::NotSynchronized(_) => 3,
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            CliError::Usage(m) | CliError::Failed(m) | CliError::NotSynchronized(m) => m,
+        }
+    }
+}
+
+impl From<String> for CliError {
+    fn from(m: String) -> Self {
+        CliError::Failed(m)
+    }
+}
+
+impl From<&str> for CliError {
+    fn from(m: &str) -> Self {
+        CliError::Failed(m.into())
+    }
+}
+
+pub type CmdResult = Result<(), CliError>;
 
 #[derive(Args)]
 pub struct MatchArgs {
@@ -32,12 +79,12 @@ pub struct MatchArgs {
 }
 
 impl MatchArgs {
-    pub fn options(&self) -> Result<MatchOptions, String> {
+    pub fn options(&self) -> Result<MatchOptions, CliError> {
         if !(self.match_window.is_finite() && self.match_window > 0.0) {
-            return Err(format!(
+            return Err(CliError::usage(format!(
                 "--match-window {}: must be a positive number of seconds",
                 self.match_window
-            ));
+            )));
         }
         Ok(MatchOptions {
             window_ns: (self.match_window * 1e9).round() as i64,
@@ -68,12 +115,21 @@ pub struct SyncArgs {
     /// linreg: drop exchanges whose error margin exceeds mean + Z·σ (1.64 ≈ the paper's 90 %).
     #[arg(long, value_name = "Z")]
     pub filter: Option<f64>,
+    /// Exit with status 3 when any trace is not synchronized, the traces form several groups, or
+    /// any pair is only `approximate` (without it, status 3 only when nothing was synchronized).
+    #[arg(long)]
+    pub strict: bool,
     #[command(flatten)]
     pub matching: MatchArgs,
 }
 
 impl SyncArgs {
-    pub fn options(&self) -> Result<SyncOptions, String> {
+    pub fn options(&self) -> Result<SyncOptions, CliError> {
+        if self.filter.is_some() && !matches!(self.algorithm, AlgorithmArg::Linreg) {
+            return Err(CliError::usage(
+                "--filter only applies with --algorithm linreg (the convex hull uses every message)",
+            ));
+        }
         Ok(SyncOptions {
             algorithm: match self.algorithm {
                 AlgorithmArg::Chull => Algorithm::Chull,
@@ -86,39 +142,62 @@ impl SyncArgs {
     }
 }
 
-/// Tuning of the controlled logical clock (defaults: Becker et al.'s recommendations).
+/// Tuning of the controlled logical clock (defaults: Becker et al.'s recommendations). The values
+/// are optional so that a command can tell a value given from the default.
 #[derive(Args)]
 pub struct ClcArgs {
     /// Forward amortization γ in (0, 1]: after a jump the clock runs at γ times its speed until
-    /// it meets the linear correction again.
-    #[arg(long, value_name = "G", default_value_t = ClcParams::default().gamma)]
-    pub gamma: f64,
-    /// Backward amortization slope ρ = jump / interval (0 disables it).
-    #[arg(long, value_name = "R", default_value_t = ClcParams::default().rho)]
-    pub rho: f64,
-    /// Minimum spacing δ (ns) kept between consecutive moved events of a trace.
-    #[arg(long, value_name = "NS", default_value_t = ClcParams::default().delta_ns)]
-    pub delta_ns: i64,
+    /// it meets the linear correction again [default: 0.999].
+    #[arg(long, value_name = "G")]
+    pub gamma: Option<f64>,
+    /// Backward amortization slope ρ = jump / interval (0 disables it) [default: 0.01].
+    #[arg(long, value_name = "R")]
+    pub rho: Option<f64>,
+    /// Minimum spacing δ (ns) kept between consecutive moved events of a trace [default: 0].
+    #[arg(long, value_name = "NS")]
+    pub delta_ns: Option<i64>,
 }
 
 impl ClcArgs {
     pub fn params(&self) -> ClcParams {
+        let d = ClcParams::default();
         ClcParams {
-            gamma: self.gamma,
-            delta_ns: self.delta_ns,
-            rho: self.rho,
+            gamma: self.gamma.unwrap_or(d.gamma),
+            delta_ns: self.delta_ns.unwrap_or(d.delta_ns),
+            rho: self.rho.unwrap_or(d.rho),
         }
+    }
+
+    /// For commands where the CLC is optional: a tuning given without `--clc` does nothing,
+    /// which is said rather than ignored.
+    pub fn check_used(&self, clc: bool) -> Result<(), CliError> {
+        let given: Vec<&str> = [
+            self.gamma.is_some().then_some("--gamma"),
+            self.rho.is_some().then_some("--rho"),
+            self.delta_ns.is_some().then_some("--delta-ns"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if clc || given.is_empty() {
+            return Ok(());
+        }
+        Err(CliError::usage(format!(
+            "{} only {} with --clc (the controlled logical clock)",
+            given.join(", "),
+            if given.len() == 1 { "applies" } else { "apply" }
+        )))
     }
 }
 
 /// `--l-min-ns`: checked here so that a bad value is a clear error, not a silent overcorrection.
-pub fn l_min_arg(v: Option<f64>) -> Result<Option<i64>, String> {
+pub fn l_min_arg(v: Option<f64>) -> Result<Option<i64>, CliError> {
     match v {
         None => Ok(None),
         Some(x) if (0.0..9.2e18).contains(&x) => Ok(Some(x.round() as i64)),
-        Some(x) => Err(format!(
+        Some(x) => Err(CliError::usage(format!(
             "--l-min-ns {x}: must be a non-negative number of nanoseconds"
-        )),
+        ))),
     }
 }
 
@@ -129,7 +208,13 @@ pub struct PlotArgs {
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
     /// Plot file formats, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "svg,png")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "svg,png",
+        requires = "plot"
+    )]
     pub plot_format: Vec<PlotFormatArg>,
 }
 
@@ -148,6 +233,62 @@ impl PlotArgs {
                 PlotFormatArg::Png => PlotFormat::Png,
             })
             .collect()
+    }
+}
+
+/// The verdict on a finished synchronization: status 3 when no trace could be related to another,
+/// and with `strict` when any trace is left out, the traces form several groups, or a pair is
+/// only approximate. The warnings printed before say why in detail.
+pub fn synchronized_enough(sync: &SyncResult, strict: bool) -> CmdResult {
+    if !sync.traces.iter().any(|t| t.synchronized) {
+        return Err(CliError::NotSynchronized(
+            "nothing was synchronized: no trace could be related to another (see the warnings \
+             above)"
+                .into(),
+        ));
+    }
+    if !strict {
+        return Ok(());
+    }
+    let mut problems = Vec::new();
+    let alone: Vec<&str> = sync
+        .traces
+        .iter()
+        .filter(|t| !t.synchronized)
+        .map(|t| t.name.as_str())
+        .collect();
+    if !alone.is_empty() {
+        problems.push(format!("not synchronized: {}", alone.join(", ")));
+    }
+    let groups = sync
+        .traces
+        .iter()
+        .filter(|t| t.synchronized)
+        .map(|t| t.group)
+        .collect::<std::collections::BTreeSet<_>>();
+    if groups.len() > 1 {
+        problems.push(format!("{} separate groups", groups.len()));
+    }
+    let name = |i: u32| sync.traces[i as usize].name.as_str();
+    let approximate: Vec<String> = sync
+        .pairs
+        .iter()
+        .filter(|p| p.quality == Quality::Approximate)
+        .map(|p| format!("{}–{}", name(p.a), name(p.b)))
+        .collect();
+    if !approximate.is_empty() {
+        problems.push(format!(
+            "approximate (no guarantee): {}",
+            approximate.join(", ")
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::NotSynchronized(format!(
+            "--strict: {}",
+            problems.join("; ")
+        )))
     }
 }
 
@@ -177,7 +318,14 @@ pub fn write_plots(
     let Some(samples) = &timeline.samples else {
         return Err("internal: the plot samples were not gathered".into());
     };
-    let written = figures::write_plots(dir, &timeline.sync, samples, eval, formats)
+    let inputs: Vec<&std::path::Path> = timeline
+        .inputs
+        .sources
+        .iter()
+        .map(|s| s.path.as_path())
+        .collect();
+    let inputs = tsync_analyze::output::InputIds::of(&inputs);
+    let written = figures::write_plots(dir, &timeline.sync, samples, eval, formats, &inputs)
         .map_err(|e| e.to_string())?;
     if written.is_empty() {
         warn("--plot: no trace pair exchanged messages, nothing to draw");
@@ -191,8 +339,9 @@ pub fn write_plots(
     Ok(())
 }
 
+/// Prints a warning, naming inputs as the user gave them.
 pub fn warn(w: &str) {
-    eprintln!("tsync-analyze: warning: {w}");
+    eprintln!("tsync-analyze: warning: {}", spool::as_given(w));
 }
 
 /// Prints the warnings of the synchronization and of the later steps.
@@ -215,6 +364,6 @@ pub fn write_stdout(b: &[u8]) -> CmdResult {
     match o.write_all(b).and_then(|_| o.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(format!("cannot write the output: {e}")),
+        Err(e) => Err(format!("cannot write the output: {e}").into()),
     }
 }

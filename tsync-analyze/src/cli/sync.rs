@@ -22,7 +22,9 @@ pub struct SyncCmd {
 pub fn run(a: SyncCmd) -> CmdResult {
     let options = a.sync.options()?;
     let Some(dir) = &a.plot.plot else {
-        return print(&plain(&a.sync, &options)?, a.json);
+        let result = plain(&a.sync, &options)?;
+        print(&result, a.json)?;
+        return super::synchronized_enough(&result, a.sync.strict);
     };
     let options = TimelineOptions {
         sync: options,
@@ -36,7 +38,8 @@ pub fn run(a: SyncCmd) -> CmdResult {
         .evaluate(timeline.l_min(None), None, &mut |_| {})
         .map_err(|e| e.to_string())?;
     super::write_plots(dir, &timeline, Some(&eval), &a.plot.formats())?;
-    print(&timeline.sync, a.json)
+    print(&timeline.sync, a.json)?;
+    super::synchronized_enough(&timeline.sync, a.sync.strict)
 }
 
 /// `sync` without plots: the hulls only, one pass, nothing gathered on the side.

@@ -1,6 +1,18 @@
-//! Helpers shared by the integration tests that read exports back with tshark.
+//! Helpers shared by the integration tests: the LTTV case files, and reading exports back with
+//! tshark. (Each test crate uses some of them.)
+#![allow(dead_code)]
 
+use std::path::PathBuf;
 use std::process::Command;
+
+/// The path of one of the LTTV reference cases (`tests/data/lttv/NAME`).
+pub fn lttv(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/lttv")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
 
 /// Runs tshark and returns its stdout. tshark missing is a failure, not a skip: a green run must
 /// mean the export was checked (`cargo xtask setup` installs it).
