@@ -1,17 +1,17 @@
 //! Arbitrary input through the whole `sync` command: one or two input files (trace files, text
 //! message files, or one of each: the analyzer tells them apart by content), `InputSet::open`,
-//! `sync::run` (matching across the files, hulls or regression, reduction) and both reports, as
+//! `tsync_analyze::sync` (matching across the files, hulls or regression, reduction) and both reports, as
 //! `tsync-analyze sync [--json]` does. Errors are fine; a panic, an abort, an allocation past the
 //! memory limit or a hang is a bug.
 //!
-//! Input layout: [`tsync_fuzz::SyncInput`] (options byte, split point, file A, file B).
+//! Input layout: [`tsync_fuzz::SyncInput`] (options byte, split point, file A, file B). A file
+//! that starts with `CHUNKS` is a chunk list, written as the trace file it describes
+//! (`tsync_fuzz::build_trace`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tsync_analyze::input::InputSet;
-use tsync_analyze::matching::MatchOptions;
-use tsync_analyze::report;
-use tsync_analyze::sync::{self, Algorithm, SyncOptions};
+use tsync_analyze::output::report;
+use tsync_analyze::{Algorithm, InputSet, MatchOptions, SyncOptions};
 use tsync_fuzz::SyncInput;
 
 fuzz_target!(|data: &[u8]| {
@@ -19,8 +19,13 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let file = |name: &str, bytes: &[u8]| {
-        let repaired = input.repair.then(|| tsync_fuzz::repair_checksums(bytes)).flatten();
-        tsync_fuzz::scratch_file(name, repaired.as_deref().unwrap_or(bytes))
+        let rewritten = tsync_fuzz::build_trace(bytes).or_else(|| {
+            input
+                .repair
+                .then(|| tsync_fuzz::repair_checksums(bytes))
+                .flatten()
+        });
+        tsync_fuzz::scratch_file(name, rewritten.as_deref().unwrap_or(bytes))
     };
     let mut paths = vec![file("a", input.a)];
     if let Some(b) = input.b {
@@ -43,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
         matching: MatchOptions::default(),
         linreg_filter_z: input.filter.then_some(1.64),
     };
-    let result = match sync::run(&inputs, &options, &mut |_| {}) {
+    let result = match tsync_analyze::sync(&inputs, &options, &mut |_| {}) {
         Ok(result) => result,
         Err(e) => {
             let _ = e.to_string();
@@ -52,7 +57,12 @@ fuzz_target!(|data: &[u8]| {
     };
     assert_eq!(result.traces.len(), inputs.traces.len());
     for p in &result.pairs {
-        assert!(p.a < p.b && (p.b as usize) < inputs.traces.len(), "pair {}–{}", p.a, p.b);
+        assert!(
+            p.a < p.b && (p.b as usize) < inputs.traces.len(),
+            "pair {}–{}",
+            p.a,
+            p.b
+        );
     }
     let _ = report::to_text(&result);
     let _ = serde_json::to_string(&report::to_json(&result)).expect("the JSON report serializes");

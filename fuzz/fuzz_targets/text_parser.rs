@@ -28,9 +28,15 @@ fuzz_target!(|data: &[u8]| {
     let mut last_line = 0u64;
     let result = text::for_each_message(&path, base, &mut |m, line| {
         messages += 1;
-        assert!(line > last_line, "line numbers go forward: {line} after {last_line}");
+        assert!(
+            line > last_line,
+            "line numbers go forward: {line} after {last_line}"
+        );
         last_line = line;
-        assert_ne!(m.send_trace, m.recv_trace, "same-trace lines are not passed on");
+        assert_ne!(
+            m.send_trace, m.recv_trace,
+            "same-trace lines are not passed on"
+        );
         assert!(m.send_ns >= 0 && m.recv_ns >= 0, "negative time {m:?}");
         if header.is_ok() {
             for t in [m.send_trace, m.recv_trace] {

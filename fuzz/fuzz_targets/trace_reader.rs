@@ -3,7 +3,9 @@
 //! allocation past the memory limit or a hang is a bug.
 //!
 //! Each input is read as it is and, when it starts like a trace file, once more with its chunk
-//! checksums made right, so that mutated payloads get past the checksum and are decoded.
+//! checksums made right, so that mutated payloads get past the checksum and are decoded. An input
+//! that starts with `CHUNKS` is a list of chunks, read as the trace file it describes
+//! (`tsync_fuzz::build_trace`: lengths, checksums and counts filled in).
 //!
 //! Also checked: what the reader reports does not depend on how the input hands out its bytes
 //! (the file, or a pipe giving a few bytes per read), and the damage report accounts for every
@@ -88,6 +90,11 @@ impl Read for Trickle<'_> {
 }
 
 fuzz_target!(|data: &[u8]| {
+    // A chunk list (`tsync_fuzz::build_trace`) stands for the trace file it describes.
+    if let Some(built) = tsync_fuzz::build_trace(data) {
+        check(&built);
+        return;
+    }
     check(data);
     // The same file with its checksums made right: what lies behind them gets decoded too.
     if let Some(repaired) = tsync_fuzz::repair_checksums(data) {
@@ -108,7 +115,10 @@ fn check(data: &[u8]) {
             );
         }
         if outcome.footer.is_none() {
-            assert!(outcome.damage.is_some(), "a file without end chunk is reported");
+            assert!(
+                outcome.damage.is_some(),
+                "a file without end chunk is reported"
+            );
         }
     }
     let step = 1 + data.len() % 13;

@@ -85,6 +85,67 @@ pub fn repair_checksums(data: &[u8]) -> Option<Vec<u8>> {
     (out != data).then_some(out)
 }
 
+/// Start of an input that describes a trace file as a list of chunks (see [`build_trace`]).
+pub const CHUNK_LIST: &[u8] = b"CHUNKS";
+/// What comes before every chunk of such a list.
+pub const CHUNK_SEPARATOR: &[u8] = b"\xc4\xc4\xc4\xc4";
+
+/// The trace file described by a chunk list, or None if `data` does not start with
+/// [`CHUNK_LIST`]:
+///
+/// ```text
+/// "CHUNKS" then, per chunk: separator 0xC4C4C4C4 | kind (1 byte) | payload
+/// ```
+///
+/// The file gets a version 1 preamble, and every chunk its length, checksum, record count (the
+/// whole records in the payload for events and clock samples, 1 otherwise) and padding. A mutation
+/// that inserts or removes bytes in a payload (a longer string or number in the bincode of the
+/// header, the lost counts or the footer; one event more) still gives a chunk that passes the
+/// checksum, which a mutation of the file itself almost never does.
+pub fn build_trace(data: &[u8]) -> Option<Vec<u8>> {
+    let rest = data.strip_prefix(CHUNK_LIST)?;
+    let mut out = Vec::with_capacity(16 + rest.len() + 24 * 8);
+    out.extend_from_slice(&tsync_common::format::MAGIC);
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    for piece in split(rest, CHUNK_SEPARATOR) {
+        let Some((&kind, payload)) = piece.split_first() else {
+            continue;
+        };
+        let record = match kind {
+            2 => std::mem::size_of::<tsync_common::PacketEvent>(),
+            3 => std::mem::size_of::<tsync_common::format::ClockSample>(),
+            _ => 0,
+        };
+        let count = payload.len().checked_div(record).unwrap_or(1);
+        out.extend_from_slice(&u32::from(kind).to_le_bytes());
+        out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        out.extend_from_slice(&(count as u32).to_le_bytes());
+        out.extend_from_slice(payload);
+        out.resize(out.len() + (8 - payload.len() % 8) % 8, 0);
+    }
+    Some(out)
+}
+
+/// The pieces of `data` between occurrences of `separator`.
+fn split<'a>(data: &'a [u8], separator: &'a [u8]) -> impl Iterator<Item = &'a [u8]> {
+    let mut rest = Some(data);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        match r.windows(separator.len()).position(|w| w == separator) {
+            Some(i) => {
+                rest = Some(&r[i + separator.len()..]);
+                Some(&r[..i])
+            }
+            None => {
+                rest = None;
+                Some(r)
+            }
+        }
+    })
+}
+
 /// `sync_pipeline`'s input, decoded:
 ///
 /// ```text

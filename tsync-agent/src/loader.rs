@@ -10,15 +10,19 @@ use aya::{
     maps::{MapData, PerCpuArray, RingBuf},
     programs::BtfTracePoint,
 };
-use tsync_common::format::LostCounts;
+use aya_log::EbpfLogger;
+use tsync_common::{
+    format::LostCounts,
+    names::{EVENTS_MAP, LOST_MAP, PROGRAMS, global},
+};
 
-use crate::{btf::Btf, offsets::KernelOffsets, privileges};
+use crate::{btf::Btf, logging, offsets::KernelOffsets, privileges};
 
 /// The object file built from `tsync-ebpf` by build.rs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tsync"));
 
-/// The programs and the tracepoints they attach to (program name = tracepoint name).
-pub const HOOKS: [&str; 2] = ["net_dev_queue", "netif_receive_skb"];
+/// Forwards the programs' log records to the `log` crate (see [`crate::logging`]).
+pub type Logger = EbpfLogger<&'static dyn log::Log>;
 
 /// Loaded and attached programs with their maps.
 pub struct Capture {
@@ -26,6 +30,8 @@ pub struct Capture {
     _ebpf: Ebpf,
     pub events: RingBuf<MapData>,
     lost: PerCpuArray<MapData, u64>,
+    /// The programs' log, until the recorder takes it; None if it could not be opened.
+    logger: Option<Logger>,
     /// File descriptors of the send and receive programs (owned by `_ebpf`), for their
     /// `recursion_misses` counters.
     program_fds: [RawFd; 2],
@@ -82,15 +88,35 @@ impl Capture {
         }
         // Wake the agent early when a quarter of the ring fills; otherwise it drains on a timer.
         let wakeup_bytes = opts.ring_size / 4;
+        // Log statements above the level the user will see are dead code for the verifier.
+        let log_level = logging::ebpf_level();
         loader
-            .override_global("NETNS_INUM", &netns, true)
-            .override_global("WAKEUP_BYTES", &wakeup_bytes, true)
-            .map_max_entries("EVENTS", opts.ring_size);
+            .override_global(global::NETNS_INUM, &netns, true)
+            .override_global(global::WAKEUP_BYTES, &wakeup_bytes, true)
+            .override_global(global::LOG_LEVEL, &log_level, false)
+            .map_max_entries(EVENTS_MAP, opts.ring_size);
+        log::info!(
+            "kernel offsets from BTF: {offsets:?}; ring buffer {} bytes, wakeup at {wakeup_bytes} \
+             bytes; namespace filter {}; eBPF messages up to {}",
+            opts.ring_size,
+            opts.netns_inode
+                .map_or("off (--all-netns)".to_owned(), |ino| format!("inode {ino}")),
+            log::max_level(),
+        );
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| {
             anyhow::Error::new(e).context("the kernel refused tsync's eBPF maps or programs")
         })?;
+        // Like aya's template: without the log, the programs still run (their records stay in
+        // the kernel's log ring buffer, which exists whether or not it is read).
+        let logger = match EbpfLogger::init(&mut ebpf) {
+            Ok(logger) => Some(logger),
+            Err(e) => {
+                log::warn!("the eBPF programs' messages will not be shown: {e}");
+                None
+            }
+        };
         let mut program_fds = [0; 2];
-        for (fd, hook) in program_fds.iter_mut().zip(HOOKS) {
+        for (fd, hook) in program_fds.iter_mut().zip(PROGRAMS) {
             let prog: &mut BtfTracePoint = ebpf
                 .program_mut(hook)
                 .with_context(|| format!("program {hook} missing from the eBPF object"))?
@@ -100,15 +126,31 @@ impl Capture {
             prog.attach()
                 .with_context(|| format!("cannot attach to tracepoint net:{hook}"))?;
             *fd = prog.fd()?.as_fd().as_raw_fd();
+            log::info!(
+                "attached {hook} to tracepoint net:{hook} (program id {})",
+                prog.info().map_or(0, |info| info.id())
+            );
         }
-        let events = RingBuf::try_from(ebpf.take_map("EVENTS").context("no EVENTS map")?)?;
-        let lost = PerCpuArray::try_from(ebpf.take_map("LOST").context("no LOST map")?)?;
+        let events = RingBuf::try_from(
+            ebpf.take_map(EVENTS_MAP)
+                .with_context(|| format!("no {EVENTS_MAP} map"))?,
+        )?;
+        let lost = PerCpuArray::try_from(
+            ebpf.take_map(LOST_MAP)
+                .with_context(|| format!("no {LOST_MAP} map"))?,
+        )?;
         Ok(Self {
             _ebpf: ebpf,
             events,
             lost,
+            logger,
             program_fds,
         })
+    }
+
+    /// The programs' log, for the recorder to poll (once; None if it could not be opened).
+    pub fn take_logger(&mut self) -> Option<Logger> {
+        self.logger.take()
     }
 
     /// The in-kernel lost counters, cumulative since loading.
@@ -174,6 +216,28 @@ mod tests {
         assert!(check_ring_size(1000).unwrap_err().contains("power of two"));
         assert!(check_ring_size(1 << 40).is_err());
         assert!(check_ring_size(0).is_err());
+    }
+
+    /// The names the loader and the lab use (`tsync_common::names`) are those the programs
+    /// declare: aya-ebpf's macros need literals, so `tsync-ebpf` spells them once more.
+    #[test]
+    fn the_object_declares_the_shared_names() {
+        use tsync_common::names::{MAPS, PROGRAMS, global};
+        let object = aya_obj::Object::parse(EBPF_OBJECT).unwrap();
+        for name in PROGRAMS {
+            assert!(object.programs.contains_key(name), "no program {name}");
+        }
+        for name in MAPS {
+            assert!(object.maps.contains_key(name), "no map {name}");
+        }
+        let btf = object.btf.as_ref().expect("the object has BTF");
+        for name in global::ALL {
+            assert!(
+                btf.id_by_type_name_kind(name, aya_obj::btf::BtfKind::Var)
+                    .is_ok(),
+                "no global {name}"
+            );
+        }
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! `tsync-agent`: records the packet digests of one node into a trace file.
 //!
 //! `tsync-agent record -o FILE [--duration SECS] [--node NAME] [--ring-size BYTES] [--all-netns]
-//! [--clock-skew OFFSET_NS,DRIFT_PPM]` loads two eBPF programs (send and receive hooks), drains
+//! [--clock-skew OFFSET_NS,DRIFT_PPM] [-v]` loads two eBPF programs (send and receive hooks), drains
 //! their ring buffer into the file until SIGINT/SIGTERM or the duration ends, then prints a summary.
 mod btf;
 mod clock;
 mod console;
 mod loader;
+mod logging;
 mod node;
 mod offsets;
 mod privileges;
@@ -38,6 +39,11 @@ const DEFAULT_RING_SIZE: u64 = 1 << 24;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Show more of the log on stderr: -v info (the eBPF programs' notices about odd packets),
+    /// -vv debug, -vvv trace; warnings are always shown. RUST_LOG (env_logger syntax) adds its
+    /// directives, e.g. RUST_LOG=tsync_ebpf=info.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
 }
 
 #[derive(Subcommand)]
@@ -179,6 +185,7 @@ fn record(args: RecordArgs) -> Result<()> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    logging::init(cli.verbose);
     let result = match cli.command {
         Command::Record(args) => record(args),
     };

@@ -1,4 +1,6 @@
 //! The kernel struct field offsets the eBPF programs need, resolved from the running kernel's BTF.
+use tsync_common::names::global;
+
 use crate::btf::{Btf, BtfError, Field};
 
 /// Byte offsets passed to the programs as globals (names as in `tsync-ebpf`).
@@ -43,14 +45,14 @@ impl KernelOffsets {
     /// (global name, value) pairs, in the names the programs declare.
     pub fn globals(&self) -> [(&'static str, &u32); 8] {
         [
-            ("SKB_DEV", &self.skb_dev),
-            ("SKB_PROTOCOL", &self.skb_protocol),
-            ("SKB_NETWORK_HEADER", &self.skb_network_header),
-            ("SKB_HEAD", &self.skb_head),
-            ("SKB_DATA", &self.skb_data),
-            ("DEV_IFINDEX", &self.dev_ifindex),
-            ("DEV_ND_NET", &self.dev_nd_net),
-            ("NET_NS_INUM", &self.net_ns_inum),
+            (global::SKB_DEV, &self.skb_dev),
+            (global::SKB_PROTOCOL, &self.skb_protocol),
+            (global::SKB_NETWORK_HEADER, &self.skb_network_header),
+            (global::SKB_HEAD, &self.skb_head),
+            (global::SKB_DATA, &self.skb_data),
+            (global::DEV_IFINDEX, &self.dev_ifindex),
+            (global::DEV_ND_NET, &self.dev_nd_net),
+            (global::NET_NS_INUM, &self.net_ns_inum),
         ]
     }
 }

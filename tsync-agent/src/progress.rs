@@ -1,7 +1,18 @@
 //! The live progress line (only on a terminal): events written, rate, lost.
-use std::{io::IsTerminal as _, time::Instant};
+use std::{io::IsTerminal as _, sync::OnceLock, time::Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// The line being shown, for [`suspend`].
+static SHOWN: OnceLock<ProgressBar> = OnceLock::new();
+
+/// Runs `f` (which writes to stderr: a log line) with the progress line cleared, then redraws it.
+pub fn suspend<R>(f: impl FnOnce() -> R) -> R {
+    match SHOWN.get() {
+        Some(bar) => bar.suspend(f),
+        None => f(),
+    }
+}
 
 /// A spinner line on stderr, or nothing when stderr is not a terminal (logs, tests, pipes).
 pub struct Progress {
@@ -18,6 +29,7 @@ impl Progress {
                 ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             );
+            let _ = SHOWN.set(bar.clone());
             bar
         });
         Self {

@@ -10,7 +10,10 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use tokio::{
-    io::{Interest, unix::AsyncFd},
+    io::{
+        Interest,
+        unix::{AsyncFd, AsyncFdReadyMutGuard},
+    },
     signal::unix::{SignalKind, signal},
     time::{MissedTickBehavior, interval},
 };
@@ -21,13 +24,13 @@ use tsync_common::{
 
 use crate::{
     clock, console,
-    loader::Capture,
+    loader::{Capture, Logger},
     progress::Progress,
     reorder::{Reorder, WINDOW_NS},
     summary::Summary,
 };
 
-/// Period of clock samples and lost-counter records (the contract says at most 1 s).
+/// Period of clock samples and lost-counter records (the trace format promises at most 1 s).
 const SAMPLE_PERIOD: Duration = Duration::from_millis(500);
 /// Period of ring buffer drains. The programs wake the agent only when the ring fills up (a wakeup
 /// per event would cost an interrupt per packet), so the agent mostly drains on this timer.
@@ -125,6 +128,16 @@ fn drain(capture: &mut Capture, reorder: &mut Reorder, max: usize) -> bool {
     false
 }
 
+/// Waits until the programs' log has records (forever when there is no log).
+async fn log_ready(
+    log: &mut Option<AsyncFd<Logger>>,
+) -> std::io::Result<AsyncFdReadyMutGuard<'_, Logger>> {
+    match log {
+        Some(log) => log.readable_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// What a recording needs besides the loaded programs.
 pub struct RecordPlan {
     pub path: PathBuf,
@@ -162,6 +175,14 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
     let ring =
         unsafe { AsyncFd::register_with_interest(capture.events.as_raw_fd(), Interest::READABLE) }
             .context("cannot poll the ring buffer")?;
+    // The programs log rarely (see tsync-ebpf): forward their records as they come. Without
+    // their log the recording goes on, as when the log could not be opened.
+    // SAFETY: the logger owns its ring buffer's fd and returns that same fd until it is dropped.
+    let mut ebpf_log = capture.take_logger().and_then(|logger| {
+        unsafe { AsyncFd::register_with_interest(logger, Interest::READABLE) }
+            .inspect_err(|e| log::warn!("the eBPF programs' messages will not be shown: {e}"))
+            .ok()
+    });
     let mut samples = interval(SAMPLE_PERIOD);
     samples.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut drains = interval(DRAIN_PERIOD);
@@ -198,6 +219,11 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
                 let lost = capture.lost()?;
                 sink.sample(&lost)?;
             }
+            guard = log_ready(&mut ebpf_log) => {
+                let mut guard = guard.context("cannot poll the eBPF log")?;
+                guard.get_inner_mut().flush();
+                guard.clear_ready();
+            }
             _ = redraw.tick(), if progress.visible() => {
                 let lost = capture.lost()?.total();
                 progress.update(sink.events(), lost);
@@ -208,6 +234,9 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
     // Stop: take what is left in the ring, write everything, close the file with its footer.
     drop(ring);
     drain(&mut capture, &mut sink.reorder, usize::MAX);
+    if let Some(ebpf_log) = &mut ebpf_log {
+        ebpf_log.get_mut().flush();
+    }
     sink.release_all()?;
     let lost = capture.lost()?;
     sink.sample(&lost)?;

@@ -5,7 +5,8 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
-use tsync_analyze::clc::{ClcInput, ClcParams, EventRef, Message, PairLatency, correct};
+use tsync_analyze::clc::{ClcInput, ClcParams, correct};
+use tsync_analyze::{EventRef, MessageRef, PairLatency};
 
 /// (true time, trace, Some((message id, is send))).
 type TimelineEvent = (i64, usize, Option<(usize, bool)>);
@@ -59,7 +60,7 @@ fn capture(events: usize) -> ClcInput {
     }
     let messages = ends
         .into_iter()
-        .map(|[send, recv]| Message { send, recv })
+        .map(|[send, recv]| MessageRef { send, recv })
         .collect();
     ClcInput { traces, messages }
 }
@@ -81,7 +82,7 @@ fn bench(c: &mut Criterion) {
 /// The workspace builds plotters with its `ab_glyph` font backend (for tsync's own plots), so
 /// criterion's report plots need the same registered font; without one, skip them.
 fn config() -> Criterion {
-    if tsync_analyze::plot::ensure_font().is_ok() {
+    if tsync_analyze::output::plot::ensure_font().is_ok() {
         Criterion::default()
     } else {
         Criterion::default().without_plots()

@@ -1,41 +1,79 @@
-//! The analyzer's library: everything `tsync-analyze` does, usable from tests and benchmarks.
+//! # tsync-analyze
 //!
-//! Main entry points:
-//! - [`input::InputSet::open`] reads the inputs (trace files and text message files);
-//! - [`input::InputSet::for_each_message`] streams matched messages (and exchanges) to a
-//!   [`message::MessageSink`];
-//! - [`sync::run`] computes per-pair hulls, limit lines, estimates, accuracy curves and the
-//!   per-trace maps onto a common timebase ([`sync::SyncResult`]); [`sync::run_messages`] does
-//!   the same on messages held in memory;
-//! - [`timeline::Timeline`] carries `sync`'s linear correction on to every event: the controlled
-//!   logical clock ([`clc`]), the evaluation ([`eval`]), the exports ([`export`]); [`figures`]
-//!   draws a run's plots ([`plot`]).
-
-pub mod accuracy;
-mod alignment;
-pub mod corridor;
-pub mod error;
-pub mod exchange;
-pub mod hull;
-pub mod info;
-pub mod input;
-pub mod linreg;
-pub mod matching;
-pub mod message;
-pub mod output;
-pub mod progress;
-pub mod reduction;
-pub mod report;
-pub mod sync;
-pub mod synth;
-pub mod text;
-pub mod tracefile;
+//! Offline synchronization of distributed traces: the library behind the `tsync-analyze`
+//! command. It reads the trace files the `tsync-agent` wrote on each node (or text message
+//! files), matches every packet's send event with its receive event, estimates each pair of
+//! clocks with the convex-hull method (guaranteed accuracy intervals) or linear regression,
+//! composes the pair maps onto one reference clock per group, and carries that correction on to
+//! every event: the controlled logical clock, the evaluation, exports and plots.
+//!
+//! The crate reads like the pipeline:
+//!
+//! | stage | module | what it holds |
+//! |---|---|---|
+//! | the vocabulary | `model` | [`Message`], [`Exchange`], [`EventRef`], [`Affine`], [`PairLatency`] |
+//! | reading | `input`, [`text`] | [`InputSet`], [`TraceFile`], the text message format |
+//! | matching | `matching` | [`MatchOptions`], [`MatchStats`], the merge of trace files |
+//! | estimation | `estimate` | hulls, corridor, [`AccuracyCurve`], regression, reduction: [`sync()`] |
+//! | one timebase | `timeline` | [`Timeline`]: linear times, the event stream |
+//! | correction | [`clc`] | Becker et al.'s controlled logical clock |
+//! | evaluation | [`eval`] | inversions, too-fast messages, transfer times |
+//! | output | [`output`] | safe result files, the report, plots, exports |
+//!
+//! ```
+//! use tsync_analyze::{InputSet, Quality, SyncOptions, sync};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Two traces: messages 0→1 and 1→0, times in seconds on each node's own clock.
+//! let dir = std::env::temp_dir().join(format!("tsync-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir)?;
+//! let path = dir.join("messages.txt");
+//! std::fs::write(&path, "2\n0 1 1.000000 1.000150\n1 0 1.000300 1.000360\n\
+//!                         0 1 2.000000 2.000140\n1 0 2.000400 2.000470\n")?;
+//! let inputs = InputSet::open(&[&path])?;
+//! let result = sync(&inputs, &SyncOptions::default(), &mut |_bytes| {})?;
+//! let pair = &result.pairs[0];
+//! assert_eq!(pair.quality, Quality::Accurate);
+//! // Trace 1's local time 1.5 s on trace 0's clock, and the guaranteed interval there.
+//! let t = result.to_reference(1, 1_500_000_000);
+//! let (lo, hi) = pair.accuracy.as_ref().unwrap().at(1_500_000_000).unwrap();
+//! assert!(lo <= hi);
+//! # let _ = t;
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok(())
+//! # }
+//! ```
+#![warn(missing_docs)]
 
 pub mod clc;
+mod estimate;
 pub mod eval;
-pub mod export;
-pub mod histogram;
-pub mod plot;
+mod input;
+mod matching;
+mod model;
+pub mod output;
+#[cfg(any(test, feature = "synth"))]
+pub mod synth;
+mod timeline;
 
-pub mod figures;
-pub mod timeline;
+pub use estimate::accuracy::{AccuracyCurve, AccuracyPoint, AccuracyStats};
+pub use estimate::corridor::Quality;
+pub use estimate::hull::Point;
+pub use estimate::linreg::LinRegFit;
+pub use estimate::{
+    Algorithm, LimitLine, PairResult, SyncError, SyncOptions, SyncResult, TraceResult, run as sync,
+    run_messages as sync_messages,
+};
+pub use input::info::{ClockSummary, DamageInfo, EventCounts, TraceSummary, inspect};
+pub use input::text;
+pub use input::tracefile::{TraceFile, TraceHeader};
+pub use input::{InputError, InputSet, Source, SourceKind, TraceInfo, sniff};
+pub use matching::{DEFAULT_WINDOW_NS, MatchOptions, MatchStats};
+pub use model::{
+    Affine, EventRef, Exchange, MatchedMessage, Message, MessageRef, MessageSink, Origin,
+    PairLatency,
+};
+pub use timeline::{
+    Envelope, EventSink, ExportEvent, ExportSummary, PairSamples, PeerRef, SinkError, Timeline,
+    TimelineError, TimelineOptions,
+};

@@ -1,7 +1,7 @@
 //! `tsync-analyze`: brings the traces of several nodes onto one timebase.
 //!
 //! Each subcommand lives in its own module under `cli/`; the work itself is in the library
-//! (`tsync_analyze::timeline` holds the pipeline the later commands share).
+//! (`tsync_analyze::Timeline` holds the pipeline the later commands share).
 
 mod cli;
 
@@ -43,7 +43,7 @@ fn main() -> ExitCode {
     if let Command::Export(a) = &cli.command {
         let ids = tsync_analyze::output::InputIds::of(&a.sync.inputs);
         if let Err(e) = ids.check(&a.output) {
-            return fail(&cli::CliError::Failed(e.to_string()));
+            return fail(&cli::CliError::from(e));
         }
     }
     let inputs = match &mut cli.command {
@@ -75,7 +75,7 @@ fn main() -> ExitCode {
 fn fail(e: &cli::CliError) -> ExitCode {
     eprintln!(
         "tsync-analyze: error: {}",
-        cli::spool::as_given(e.message())
+        cli::spool::as_given(&e.message())
     );
     ExitCode::from(e.exit_status())
 }

@@ -13,17 +13,19 @@ use std::path::{Path, PathBuf};
 use tsync_common::format::{ClockSample, Footer, FormatError, Header, TraceWriter};
 use tsync_common::{ETH_P_IP, IPPROTO_TCP, PacketEvent, direction, kind, tcp_flag};
 
-use crate::message::Message;
+use crate::model::Message;
 
 /// A small, fast, deterministic PRNG (SplitMix64).
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator that gives the same sequence for the same seed.
     pub fn new(seed: u64) -> Self {
         Rng(seed)
     }
 
+    /// The next 64 random bits.
     #[inline]
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -49,7 +51,9 @@ impl Rng {
 /// A linear clock.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Clock {
+    /// Local time at true time 0, ns.
     pub offset_ns: f64,
+    /// How much faster than true time the clock runs, ppm.
     pub drift_ppm: f64,
 }
 
@@ -76,26 +80,39 @@ impl Clock {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum DelayTail {
     /// Exponential with this mean (ns).
-    Exponential { mean_ns: f64 },
+    Exponential {
+        /// Mean extra delay, ns.
+        mean_ns: f64,
+    },
     /// Pareto with this scale (ns) and shape (heavy tail for shape ≤ 2).
-    Pareto { scale_ns: f64, shape: f64 },
+    Pareto {
+        /// Scale (the smallest extra delay), ns.
+        scale_ns: f64,
+        /// Shape α (heavier tail for smaller α).
+        shape: f64,
+    },
 }
 
 /// A workload.
 #[derive(Clone, Debug)]
 pub struct Workload {
+    /// One clock per trace; the truth the estimates are checked against.
     pub clocks: Vec<Clock>,
     /// Trace pairs that talk (unordered); each message picks one and a direction at random.
     pub links: Vec<(u32, u32)>,
+    /// Number of messages.
     pub messages: u64,
     /// True time of the first message (ns); keep it large enough for local times to be ≥ 0.
     pub start_ns: f64,
     /// Mean true time between messages (ns).
     pub interval_ns: f64,
+    /// Smallest one-way delay (ns).
     pub min_delay_ns: f64,
+    /// Distribution of the delay beyond the minimum.
     pub tail: DelayTail,
     /// Largest extra delay (ns): bounds how far receive events trail sends.
     pub max_extra_ns: f64,
+    /// Random seed: the same seed gives the same messages.
     pub seed: u64,
 }
 
@@ -182,9 +199,9 @@ impl Workload {
             line.clear();
             use std::fmt::Write as _;
             let _ = write!(line, "{} {} ", m.send_trace, m.recv_trace);
-            crate::text::format_seconds(m.send_ns, &mut line);
+            crate::input::text::format_seconds(m.send_ns, &mut line);
             line.push(' ');
-            crate::text::format_seconds(m.recv_ns, &mut line);
+            crate::input::text::format_seconds(m.recv_ns, &mut line);
             line.push('\n');
             err = w.write_all(line.as_bytes());
         });

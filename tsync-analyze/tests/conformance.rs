@@ -5,9 +5,7 @@
 
 use std::path::PathBuf;
 
-use tsync_analyze::corridor::Quality;
-use tsync_analyze::input::InputSet;
-use tsync_analyze::sync::{self, SyncOptions};
+use tsync_analyze::{InputSet, Quality, SyncOptions, sync};
 
 fn data(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -35,7 +33,7 @@ fn lttv_reference_cases() {
         let f: Vec<&str> = row.split(',').collect();
         let case = f[0];
         let inputs = InputSet::open(&[data(&format!("{case}.txt"))]).unwrap();
-        let r = sync::run(&inputs, &SyncOptions::default(), &mut |_| {}).unwrap();
+        let r = sync(&inputs, &SyncOptions::default(), &mut |_| {}).unwrap();
         let p = r.pair(0, 1).expect("pair 0-1");
         assert_eq!(p.quality.as_str(), f[1], "{case}: quality");
         match (opt(f[2]), opt(f[3]), p.estimate) {
@@ -52,8 +50,8 @@ fn lttv_reference_cases() {
         ] {
             match (a0, a1, line) {
                 (Some(a0), Some(a1), Some(l)) => {
-                    close(&format!("{name} a0"), case, l.a0_ns, a0);
-                    close(&format!("{name} a1"), case, l.a1, a1);
+                    close(&format!("{name} a0"), case, l.line.offset_ns, a0);
+                    close(&format!("{name} a1"), case, l.line.drift, a1);
                 }
                 (None, None, None) => {}
                 other => panic!("{case}: {name} presence differs: {other:?}"),
@@ -95,7 +93,7 @@ fn lttv_reference_cases() {
 fn accuracy_interval_contains_both_limit_lines() {
     for case in ["test1", "test2", "test3", "test9", "test11", "test12"] {
         let inputs = InputSet::open(&[data(&format!("{case}.txt"))]).unwrap();
-        let r = sync::run(&inputs, &SyncOptions::default(), &mut |_| {}).unwrap();
+        let r = sync(&inputs, &SyncOptions::default(), &mut |_| {}).unwrap();
         let p = r.pair(0, 1).unwrap();
         let acc = p.accuracy.as_ref().expect("accurate pairs have a curve");
         assert_eq!(
@@ -111,7 +109,7 @@ fn accuracy_interval_contains_both_limit_lines() {
         for pt in &acc.points {
             let t = pt.t_a as f64;
             for l in [p.minslope.unwrap(), p.maxslope.unwrap()] {
-                let y = l.a0_ns + l.a1 * t;
+                let y = l.line.apply(t);
                 assert!(
                     pt.lo - 1e-3 <= y && y <= pt.hi + 1e-3,
                     "{case}: limit line outside at {t}"

@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::path::Path;
 mod common;
 use common::{epoch_ns, tshark};
-use tsync_analyze::export::{ExportEvent, ExportFormat, ExportOptions, PeerRef, exporter};
+use tsync_analyze::output::export::{ExportFormat, ExportOptions, exporter};
+use tsync_analyze::{ExportEvent, PeerRef};
 use tsync_common::{
     ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP, PacketEvent, direction, kind, tcp_flag,
 };

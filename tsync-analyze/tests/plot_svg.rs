@@ -4,11 +4,11 @@
 //! docs/example-sync.svg is made).
 
 use std::path::Path;
-use tsync_analyze::eval::AccuracyPoint;
-use tsync_analyze::histogram::LogHistogram;
-use tsync_analyze::plot::{
-    HistogramPlot, HistogramSeries, Line, PlotFormat, SyncPlot, write_pair_plots,
+use tsync_analyze::eval::histogram::LogHistogram;
+use tsync_analyze::output::plot::{
+    HistogramPlot, HistogramSeries, PlotFormat, SyncPlot, write_pair_plots,
 };
+use tsync_analyze::{AccuracyPoint, Affine};
 
 /// A pair whose clock b runs 5 ms ahead of a with 20 ppm drift; latencies 40 µs + jitter.
 struct Pair {
@@ -63,7 +63,7 @@ fn half_hull(points: &[(i64, i64)], lower: bool) -> Vec<(i64, i64)> {
 }
 
 /// Every line through two hull vertices that separates the hulls (brute force: fine here).
-fn feasible_lines(lower: &[(i64, i64)], upper: &[(i64, i64)]) -> Vec<Line> {
+fn feasible_lines(lower: &[(i64, i64)], upper: &[(i64, i64)]) -> Vec<Affine> {
     let all: Vec<(i64, i64)> = lower.iter().chain(upper).copied().collect();
     let mut lines = Vec::new();
     for (i, p) in all.iter().enumerate() {
@@ -72,16 +72,16 @@ fn feasible_lines(lower: &[(i64, i64)], upper: &[(i64, i64)]) -> Vec<Line> {
                 continue;
             }
             let a1 = (q.1 - p.1) as f64 / (q.0 - p.0) as f64;
-            let line = Line {
-                a0_ns: p.1 as f64 - a1 * p.0 as f64,
-                a1,
+            let line = Affine {
+                offset_ns: p.1 as f64 - a1 * p.0 as f64,
+                drift: a1,
             };
             let ok = lower
                 .iter()
-                .all(|v| line.at(v.0 as f64) <= v.1 as f64 + 1.0)
+                .all(|v| line.apply(v.0 as f64) <= v.1 as f64 + 1.0)
                 && upper
                     .iter()
-                    .all(|v| line.at(v.0 as f64) >= v.1 as f64 - 1.0);
+                    .all(|v| line.apply(v.0 as f64) >= v.1 as f64 - 1.0);
             if ok {
                 lines.push(line);
             }
@@ -94,9 +94,9 @@ struct Figure {
     pair: Pair,
     hull_ab: Vec<(i64, i64)>,
     hull_ba: Vec<(i64, i64)>,
-    minslope: Line,
-    maxslope: Line,
-    chosen: Line,
+    minslope: Affine,
+    maxslope: Affine,
+    chosen: Affine,
     accuracy: Vec<AccuracyPoint>,
     hist_ab: LogHistogram,
     hist_ba: LogHistogram,
@@ -107,23 +107,28 @@ fn figure(n: usize) -> Figure {
     let hull_ab = half_hull(&pair.ab, true);
     let hull_ba = half_hull(&pair.ba, false);
     let lines = feasible_lines(&hull_ab, &hull_ba);
-    let by_slope = |a: &&Line, b: &&Line| a.a1.total_cmp(&b.a1);
+    let by_slope = |a: &&Affine, b: &&Affine| a.drift.total_cmp(&b.drift);
     let minslope = *lines.iter().min_by(by_slope).unwrap();
     let maxslope = *lines.iter().max_by(by_slope).unwrap();
-    let chosen = Line {
-        a0_ns: (minslope.a0_ns + maxslope.a0_ns) / 2.0,
-        a1: (minslope.a1 + maxslope.a1) / 2.0,
+    let chosen = Affine {
+        offset_ns: (minslope.offset_ns + maxslope.offset_ns) / 2.0,
+        drift: (minslope.drift + maxslope.drift) / 2.0,
     };
     let mut xs: Vec<i64> = hull_ab.iter().chain(&hull_ba).map(|p| p.0).collect();
     xs.sort();
     let accuracy = xs
         .iter()
         .map(|&t| {
-            let at = lines.iter().map(|l| l.at(t as f64));
+            let at = lines.iter().map(|l| l.apply(t as f64));
+            let (lo, hi) = (
+                at.clone().fold(f64::INFINITY, f64::min),
+                at.fold(f64::NEG_INFINITY, f64::max),
+            );
             AccuracyPoint {
-                t_ns: t,
-                lo_ns: at.clone().fold(f64::INFINITY, f64::min),
-                hi_ns: at.fold(f64::NEG_INFINITY, f64::max),
+                t_a: t,
+                lo,
+                hi,
+                width: hi - lo,
             }
         })
         .collect();
@@ -131,10 +136,10 @@ fn figure(n: usize) -> Figure {
     let mut hist_ab = LogHistogram::new();
     let mut hist_ba = LogHistogram::new();
     for &(ta, tb) in &pair.ab {
-        hist_ab.add((tb as f64 - chosen.at(ta as f64)) as i64);
+        hist_ab.add((tb as f64 - chosen.apply(ta as f64)) as i64);
     }
     for &(ta, tb) in &pair.ba {
-        hist_ba.add((ta as f64 - (tb as f64 - chosen.a0_ns) / chosen.a1) as i64);
+        hist_ba.add((ta as f64 - (tb as f64 - chosen.offset_ns) / chosen.drift) as i64);
     }
     Figure {
         pair,

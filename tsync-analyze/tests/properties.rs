@@ -2,10 +2,8 @@
 //! one-way delays of at least a minimum (exponential or heavy-tailed extra).
 
 use proptest::prelude::*;
-use tsync_analyze::corridor::Quality;
-use tsync_analyze::message::Message;
-use tsync_analyze::sync::{self, Algorithm, SyncOptions};
 use tsync_analyze::synth::{Clock, DelayTail, Workload};
+use tsync_analyze::{Algorithm, Message, Quality, SyncOptions, sync_messages};
 
 fn workload(
     clocks: Vec<Clock>,
@@ -86,7 +84,7 @@ proptest! {
             // Out-of-order input must give the same result.
             msgs.reverse();
         }
-        let r = sync::run_messages(&names(2), msgs.iter().copied(), &SyncOptions::default(), None);
+        let r = sync_messages(&names(2), msgs.iter().copied(), &SyncOptions::default(), None);
         let p = r.pair(0, 1).unwrap();
         prop_assert_eq!(p.quality, Quality::Accurate);
         let acc = p.accuracy.as_ref().unwrap();
@@ -117,7 +115,7 @@ proptest! {
         let mut msgs = Vec::new();
         w.generate(|m, _| if m.send_trace == 0 { msgs.push(m) });
         prop_assume!(!msgs.is_empty());
-        let r = sync::run_messages(&names(2), msgs, &SyncOptions::default(), None);
+        let r = sync_messages(&names(2), msgs, &SyncOptions::default(), None);
         prop_assert_eq!(r.pair(0, 1).unwrap().quality, Quality::Absent);
         prop_assert!(!r.traces[1].synchronized);
     }
@@ -130,7 +128,7 @@ proptest! {
             DelayTail::Exponential { mean_ns: 2_000.0 }, seed);
         let msgs = messages_with_both_directions(&w);
         let opts = SyncOptions { algorithm: Algorithm::Linreg, ..Default::default() };
-        let r = sync::run_messages(&names(2), msgs, &opts, None);
+        let r = sync_messages(&names(2), msgs, &opts, None);
         let p = r.pair(0, 1).unwrap();
         let e = p.estimate.unwrap();
         let l = p.linreg.as_ref().unwrap();
@@ -172,7 +170,7 @@ fn chain_composes_through_the_middle_trace() {
     let mut msgs = Vec::new();
     w.generate(|m, _| msgs.push(m));
     for reference in [None, Some(0), Some(2)] {
-        let r = sync::run_messages(
+        let r = sync_messages(
             &names(3),
             msgs.iter().copied(),
             &SyncOptions::default(),
@@ -229,7 +227,7 @@ fn disconnected_groups_get_their_own_reference() {
     );
     let mut msgs = Vec::new();
     w.generate(|m, _| msgs.push(m));
-    let r = sync::run_messages(&names(5), msgs, &SyncOptions::default(), Some(3));
+    let r = sync_messages(&names(5), msgs, &SyncOptions::default(), Some(3));
     let g: Vec<u32> = r.traces.iter().map(|t| t.group).collect();
     assert_eq!(g, vec![0, 0, 1, 1, 2]);
     assert_eq!(r.traces[0].reference, 0);

@@ -3,12 +3,11 @@
 
 use std::path::Path;
 
-use tsync_analyze::corridor::Quality;
-use tsync_analyze::input::InputSet;
-use tsync_analyze::matching::MatchOptions;
-use tsync_analyze::message::{MatchedMessage, Message, MessageSink, Origin};
-use tsync_analyze::sync::{self, Algorithm, SyncOptions};
 use tsync_analyze::synth::{Clock, DelayTail, Workload};
+use tsync_analyze::{
+    Algorithm, InputSet, MatchOptions, MatchedMessage, Message, MessageSink, Origin, Quality,
+    SyncOptions, SyncResult, sync,
+};
 use tsync_common::format::{ClockSample, Footer, Header, TraceWriter};
 use tsync_common::{PacketEvent, direction, kind, tcp_flag};
 
@@ -59,7 +58,7 @@ fn booted_hours_apart() -> Vec<Clock> {
 }
 
 /// Every pair accurate, with the true mapping inside the guaranteed interval at every hull point.
-fn assert_accurate_around_the_truth(r: &sync::SyncResult, clocks: &[Clock]) {
+fn assert_accurate_around_the_truth(r: &SyncResult, clocks: &[Clock]) {
     for p in &r.pairs {
         assert_eq!(p.quality, Quality::Accurate);
         let acc = p.accuracy.as_ref().unwrap();
@@ -79,7 +78,7 @@ fn trace_files_synchronize_nodes_booted_hours_apart() {
     let paths = w.write_traces(dir.path()).unwrap();
     let inputs = InputSet::open(&paths).unwrap();
     assert_eq!(inputs.traces[1].name, "node1");
-    let r = sync::run(&inputs, &SyncOptions::default(), &mut |_| {}).unwrap();
+    let r = sync(&inputs, &SyncOptions::default(), &mut |_| {}).unwrap();
     assert_eq!(r.matching.matched, 20_000, "{:?}", r.matching);
     assert_eq!(
         r.matching.unmatched + r.matching.ambiguous + r.matching.same_trace,
@@ -92,7 +91,7 @@ fn trace_files_synchronize_nodes_booted_hours_apart() {
     w.write_text(&mut text).unwrap();
     let tp = dir.path().join("msgs.txt");
     std::fs::write(&tp, text).unwrap();
-    let rt = sync::run(
+    let rt = sync(
         &InputSet::open(&[&tp]).unwrap(),
         &SyncOptions::default(),
         &mut |_| {},
@@ -103,7 +102,7 @@ fn trace_files_synchronize_nodes_booted_hours_apart() {
         assert_eq!(a.reference, b.reference);
     }
     // Exchanges from TCP ACKs feed the regression.
-    let lr = sync::run(
+    let lr = sync(
         &inputs,
         &SyncOptions {
             algorithm: Algorithm::Linreg,
@@ -293,7 +292,7 @@ fn nodes_whose_realtime_clocks_disagree_by_seconds_or_years_still_match() {
     shift_realtime(&paths[1], 7_500_000_000);
     shift_realtime(&paths[2], -1_767_225_600_000_000_000);
     let inputs = InputSet::open(&paths).unwrap();
-    let r = sync::run(&inputs, &SyncOptions::default(), &mut |_| {}).unwrap();
+    let r = sync(&inputs, &SyncOptions::default(), &mut |_| {}).unwrap();
     assert_eq!(r.matching.matched, 20_000, "{:?}", r.matching);
     assert_eq!(r.matching.unmatched + r.matching.ambiguous, 0);
     assert_accurate_around_the_truth(&r, &clocks);

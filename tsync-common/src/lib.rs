@@ -30,6 +30,79 @@ pub mod kind {
     pub const UDP4: u8 = 3;
 }
 
+/// Names in the eBPF object that the programs (`tsync-ebpf`), the agent's loader and the test lab
+/// share: programs, maps, read-only globals and the programs' log target.
+///
+/// aya-ebpf's `#[btf_tracepoint]` and `#[map]` and `#[unsafe(no_mangle)]` statics take their
+/// names from literals and identifiers, not constants, so `tsync-ebpf` spells them out once more;
+/// the agent's test `the_object_declares_the_shared_names` checks the built object against this
+/// module.
+pub mod names {
+    /// The send program, named after the tracepoint it attaches to (`net:net_dev_queue`).
+    pub const SEND_PROGRAM: &str = "net_dev_queue";
+    /// The receive program and its tracepoint (`net:netif_receive_skb`).
+    pub const RECV_PROGRAM: &str = "netif_receive_skb";
+    /// Both programs, indexed by [`direction`](crate::direction).
+    pub const PROGRAMS: [&str; 2] = [SEND_PROGRAM, RECV_PROGRAM];
+
+    /// Ring buffer of [`PacketEvent`](crate::PacketEvent)s.
+    pub const EVENTS_MAP: &str = "EVENTS";
+    /// Per-CPU counters of lost events, indexed by direction.
+    pub const LOST_MAP: &str = "LOST";
+    /// Per-CPU counters of the rare conditions the programs log, indexed by [`notice`].
+    pub const NOTICES_MAP: &str = "NOTICES";
+    /// aya-log's ring buffer of log records (declared by `aya-log-ebpf`).
+    pub const LOG_MAP: &str = "AYA_LOGS";
+    /// Every map of the object.
+    pub const MAPS: [&str; 4] = [EVENTS_MAP, LOST_MAP, NOTICES_MAP, LOG_MAP];
+
+    /// `log` target of the programs' messages (`RUST_LOG=tsync_ebpf=info`).
+    pub const LOG_TARGET: &str = "tsync_ebpf";
+
+    /// Read-only globals the agent sets before loading: kernel struct offsets from BTF, the
+    /// namespace filter and the wakeup threshold.
+    pub mod global {
+        pub const SKB_DEV: &str = "SKB_DEV";
+        pub const SKB_PROTOCOL: &str = "SKB_PROTOCOL";
+        pub const SKB_NETWORK_HEADER: &str = "SKB_NETWORK_HEADER";
+        pub const SKB_HEAD: &str = "SKB_HEAD";
+        pub const SKB_DATA: &str = "SKB_DATA";
+        pub const DEV_IFINDEX: &str = "DEV_IFINDEX";
+        pub const DEV_ND_NET: &str = "DEV_ND_NET";
+        pub const NET_NS_INUM: &str = "NET_NS_INUM";
+        pub const NETNS_INUM: &str = "NETNS_INUM";
+        pub const WAKEUP_BYTES: &str = "WAKEUP_BYTES";
+        /// aya-log's level filter (declared by `aya-log-ebpf`).
+        pub const LOG_LEVEL: &str = "AYA_LOG_LEVEL";
+        /// Every global of the object.
+        pub const ALL: [&str; 11] = [
+            SKB_DEV,
+            SKB_PROTOCOL,
+            SKB_NETWORK_HEADER,
+            SKB_HEAD,
+            SKB_DATA,
+            DEV_IFINDEX,
+            DEV_ND_NET,
+            NET_NS_INUM,
+            NETNS_INUM,
+            WAKEUP_BYTES,
+            LOG_LEVEL,
+        ];
+    }
+
+    /// Indexes of [`NOTICES_MAP`]: the rare conditions the programs report through aya-log.
+    pub mod notice {
+        /// A packet's headers could not be copied (the event is counted as lost).
+        pub const UNREADABLE: u32 = 0;
+        /// A sent IP packet without a network header offset.
+        pub const NO_NETWORK_HEADER: u32 = 1;
+        /// The bytes at the network header are not the IP header the EtherType announces.
+        pub const NOT_IP: u32 = 2;
+        /// Number of kinds.
+        pub const COUNT: u32 = 3;
+    }
+}
+
 /// TCP flag bits as they stand in byte 13 of the TCP header (`tcp_flags`).
 pub mod tcp_flag {
     pub const FIN: u8 = 0x01;

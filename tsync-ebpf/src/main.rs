@@ -7,6 +7,16 @@
 //! digest, never payload beyond UDP's first 8 bytes) into the `EVENTS` ring buffer. A failed
 //! reservation is counted per CPU and direction in `LOST`, so losses are never silent.
 //!
+//! Rare conditions — headers that could not be copied, an IP packet without a network header
+//! offset or whose network header is not the IP header its EtherType announces — are logged with
+//! aya-log (the agent prints them with `-v`), never on the per-packet path. Each is counted per
+//! CPU in `NOTICES` and logged at its 1st, 2nd, 4th, 8th… occurrence, so a flood of odd packets
+//! cannot flood the log. All are at level info: the agent switches off (`AYA_LOG_LEVEL`) the
+//! levels it will not show, and a statement at its default level (warn) would be verified at
+//! every start for nothing (a log statement is ~7 KiB of instructions, ~20 ms of the agent's CPU
+//! to verify); a lost event is counted and reported in the summary anyway. The names of
+//! programs, maps and globals are `tsync_common::names`.
+//!
 //! aya-ebpf has no CO-RE relocations: the offsets of the kernel struct fields read here are resolved
 //! by the agent from the running kernel's BTF and passed in as read-only globals before loading. The
 //! verifier sees frozen read-only globals as constants, so they cost nothing at run time.
@@ -22,7 +32,14 @@ use aya_ebpf::{
     maps::{PerCpuArray, RingBuf},
     programs::BtfTracePointContext,
 };
-use tsync_common::{ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP, PacketEvent, direction, kind};
+use aya_log_ebpf::info;
+use tsync_common::{
+    ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP, PacketEvent, direction, kind,
+    names::{LOG_TARGET, notice},
+};
+
+// Program, map and global names are spelled as in `tsync_common::names` (the macros need
+// literals and identifiers); the agent's tests check the built object against that module.
 
 /// Packet digests for the agent. Its size is set by the agent at load time (`--ring-size`).
 #[map]
@@ -31,6 +48,10 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 24, 0);
 /// Events dropped because the ring buffer was full, per CPU, indexed by direction.
 #[map]
 static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+
+/// How often each rare condition was met, per CPU, indexed by `names::notice` (see [`notice`]).
+#[map]
+static NOTICES: PerCpuArray<u64> = PerCpuArray::with_max_entries(notice::COUNT, 0);
 
 // Kernel struct field offsets in bytes, from the running kernel's BTF (set by the agent).
 /// `sk_buff.dev` (`struct net_device *`).
@@ -118,7 +139,60 @@ fn record(ctx: &BtfTracePointContext, dir: u8) {
     let ev = match digest(skb, dir) {
         Digest::Event(ev) => ev,
         Digest::NotOurs => return,
-        Digest::Unreadable => return count_lost(dir),
+        Digest::Unreadable { dev } => {
+            count_lost(dir);
+            if let Some((n, cpu)) = notice(notice::UNREADABLE) {
+                info!(
+                    ctx,
+                    target: LOG_TARGET,
+                    "{} hook: the headers of an IP packet on ifindex {} could not be read; \
+                     counted as lost (occurrence {} on CPU {})",
+                    hook(dir),
+                    ifindex(dev),
+                    n,
+                    cpu
+                );
+            }
+            return;
+        }
+        Digest::NoNetworkHeader { dev, protocol } => {
+            if let Some((n, cpu)) = notice(notice::NO_NETWORK_HEADER) {
+                info!(
+                    ctx,
+                    target: LOG_TARGET,
+                    "{} hook: packet of EtherType 0x{:x} on ifindex {} has no network header \
+                     offset; not recorded (occurrence {} on CPU {})",
+                    hook(dir),
+                    protocol,
+                    ifindex(dev),
+                    n,
+                    cpu
+                );
+            }
+            return;
+        }
+        Digest::NotIp {
+            dev,
+            protocol,
+            first_byte,
+        } => {
+            if let Some((n, cpu)) = notice(notice::NOT_IP) {
+                info!(
+                    ctx,
+                    target: LOG_TARGET,
+                    "{} hook: packet of EtherType 0x{:x} on ifindex {} starts with 0x{:x} at its \
+                     network header, not an IP header of that version; not recorded \
+                     (occurrence {} on CPU {})",
+                    hook(dir),
+                    protocol,
+                    ifindex(dev),
+                    first_byte,
+                    n,
+                    cpu
+                );
+            }
+            return;
+        }
     };
     match EVENTS.reserve::<PacketEvent>(0) {
         Some(mut entry) => {
@@ -139,14 +213,57 @@ fn count_lost(dir: u8) {
     }
 }
 
+/// Counts one occurrence of a rare condition on this CPU; returns the count and the CPU when it is
+/// a power of two (the occurrences that are logged).
+#[inline(always)]
+fn notice(which: u32) -> Option<(u64, u32)> {
+    let count = NOTICES.get_ptr_mut(which)?;
+    // SAFETY: per-CPU slot, only this CPU's program touches it while it runs.
+    let n = unsafe {
+        *count += 1;
+        *count
+    };
+    if !n.is_power_of_two() {
+        return None;
+    }
+    // SAFETY: helper without preconditions.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    Some((n, cpu))
+}
+
+/// The hook's name in log messages.
+#[inline(always)]
+fn hook(dir: u8) -> &'static str {
+    if dir == direction::SEND {
+        "send"
+    } else {
+        "receive"
+    }
+}
+
+/// The interface index of a `net_device` (for log messages).
+#[inline(always)]
+fn ifindex(dev: usize) -> u32 {
+    field::<i32>(dev, global(&DEV_IFINDEX)) as u32
+}
+
 /// What the hook makes of a packet.
 enum Digest {
     /// A packet of a recorded kind.
     Event(PacketEvent),
     /// Another namespace, not IP, not TCP/UDP, a later fragment, IPv6 extension headers, …
     NotOurs,
-    /// An IP packet of ours whose headers could not be copied.
-    Unreadable,
+    /// An IP packet of ours whose headers could not be copied (counted as lost, and logged).
+    Unreadable { dev: usize },
+    /// A sent IP packet of ours without a network header offset (logged).
+    NoNetworkHeader { dev: usize, protocol: u16 },
+    /// An IP packet of ours whose network header does not hold the IP header its EtherType
+    /// announces: a wrong version or an IPv4 header length under 20 bytes (logged).
+    NotIp {
+        dev: usize,
+        protocol: u16,
+        first_byte: u8,
+    },
 }
 
 /// Bytes of headers read at once from the network header: IPv4 (20) or IPv6 (40) plus TCP (20) or
@@ -199,16 +316,16 @@ fn digest(skb: usize, dir: u8) -> Digest {
     } else {
         let nh: u16 = field(skb, global(&SKB_NETWORK_HEADER));
         if nh == HEADER_UNSET {
-            return Digest::NotOurs;
+            return Digest::NoNetworkHeader { dev, protocol };
         }
         field::<usize>(skb, global(&SKB_HEAD)) + nh as usize
     };
     let Some(h) = read::<[u8; HEADERS]>(network) else {
-        return Digest::Unreadable;
+        return Digest::Unreadable { dev };
     };
     let mut ev = PacketEvent {
         ts_ns,
-        ifindex: field::<i32>(dev, global(&DEV_IFINDEX)) as u32,
+        ifindex: ifindex(dev),
         // SAFETY: helper without preconditions.
         cpu: unsafe { bpf_get_smp_processor_id() } as u16,
         direction: dir,
@@ -220,8 +337,16 @@ fn digest(skb: usize, dir: u8) -> Digest {
     } else {
         ipv6(&h, &mut ev)
     };
-    let Some(l4_at) = l4_at else {
-        return Digest::NotOurs;
+    let l4_at = match l4_at {
+        Ip::Transport(at) => at,
+        Ip::Other => return Digest::NotOurs,
+        Ip::Malformed => {
+            return Digest::NotIp {
+                dev,
+                protocol,
+                first_byte: h[0],
+            };
+        }
     };
     // Transport header plus 8 bytes: inside `h`, or copied separately after IPv4 options.
     let mut l4 = [0u8; 28];
@@ -231,7 +356,7 @@ fn digest(skb: usize, dir: u8) -> Digest {
         l4[..20].copy_from_slice(&h[40..60]);
     } else {
         let Some(copied) = read(network + l4_at) else {
-            return Digest::Unreadable;
+            return Digest::Unreadable { dev };
         };
         l4 = copied;
     }
@@ -243,45 +368,56 @@ fn digest(skb: usize, dir: u8) -> Digest {
     Digest::Event(ev)
 }
 
-/// Fills the IPv4 part of the digest; returns the transport header's offset from the network
-/// header.
+/// What the network header holds.
+enum Ip {
+    /// A recorded kind; the transport header's offset from the network header.
+    Transport(usize),
+    /// Another transport protocol, a later fragment, IPv6 extension headers.
+    Other,
+    /// Not the IP header the EtherType announces.
+    Malformed,
+}
+
+/// Fills the IPv4 part of the digest.
 #[inline(always)]
-fn ipv4(h: &[u8; HEADERS], ev: &mut PacketEvent) -> Option<usize> {
+fn ipv4(h: &[u8; HEADERS], ev: &mut PacketEvent) -> Ip {
     let ihl = h[0] & 0x0f;
     if h[0] >> 4 != 4 || ihl < 5 {
-        return None;
+        return Ip::Malformed;
     }
     // Only the first fragment carries the transport header.
     if u16::from_be_bytes([h[6], h[7]]) & 0x1fff != 0 {
-        return None;
+        return Ip::Other;
     }
     let proto = h[9];
     ev.kind = match proto {
         IPPROTO_TCP => kind::TCP4,
         IPPROTO_UDP => kind::UDP4,
-        _ => return None,
+        _ => return Ip::Other,
     };
     ev.transport_protocol = proto;
     ev.ihl = ihl;
     ev.tot_len = u16::from_be_bytes([h[2], h[3]]);
     ev.saddr[..4].copy_from_slice(&h[12..16]);
     ev.daddr[..4].copy_from_slice(&h[16..20]);
-    Some(4 * ihl as usize)
+    Ip::Transport(4 * ihl as usize)
 }
 
-/// Fills the IPv6 part of the digest (TCP directly after the fixed header only); returns the
-/// transport header's offset from the network header.
+/// Fills the IPv6 part of the digest (TCP directly after the fixed header only).
 #[inline(always)]
-fn ipv6(h: &[u8; HEADERS], ev: &mut PacketEvent) -> Option<usize> {
-    if h[0] >> 4 != 6 || h[6] != IPPROTO_TCP {
-        return None;
+fn ipv6(h: &[u8; HEADERS], ev: &mut PacketEvent) -> Ip {
+    if h[0] >> 4 != 6 {
+        return Ip::Malformed;
+    }
+    if h[6] != IPPROTO_TCP {
+        return Ip::Other;
     }
     ev.kind = kind::TCP6;
     ev.transport_protocol = IPPROTO_TCP;
     ev.tot_len = u16::from_be_bytes([h[4], h[5]]).saturating_add(40);
     ev.saddr.copy_from_slice(&h[8..24]);
     ev.daddr.copy_from_slice(&h[24..40]);
-    Some(40)
+    Ip::Transport(40)
 }
 
 /// Fills the TCP part of the digest.

@@ -7,21 +7,20 @@
 //! the truth: the recovered offset and drift, the error in the middle of the trace, and whether
 //! the truth lies inside the accuracy interval the analyzer guarantees.
 
-use std::io::{BufRead, BufReader};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use rand::{Rng, SeedableRng};
-use tsync_analyze::input::InputSet;
-use tsync_analyze::matching::MatchOptions;
-use tsync_analyze::message::{MatchedMessage, MessageSink};
-use tsync_analyze::sync::{Algorithm, SyncOptions, SyncResult};
+use tsync_analyze::{
+    Algorithm, InputSet, MatchOptions, MatchedMessage, MessageSink, SyncOptions, SyncResult,
+};
 use tsync_common::format::ClockSkew;
 
-use crate::netns::Lab;
+use tsync_lab::{Agent, Bridge, record_command, wait_unloaded};
+
+use crate::util::{build_release, release_binary, workspace_root};
 
 /// Options of the demo.
 #[derive(clap::Args, Debug, Clone)]
@@ -72,115 +71,55 @@ pub fn skews(nodes: usize, seed: u64) -> Vec<ClockSkew> {
         .collect()
 }
 
-/// Where the project's binaries are, built in release mode by [`build`].
-pub fn release_binary(name: &str) -> PathBuf {
-    crate::workspace_root().join("target/release").join(name)
-}
-
-/// Builds the agent and the analyzer in release mode.
-pub fn build() -> anyhow::Result<()> {
-    let status = Command::new(env!("CARGO"))
-        .current_dir(crate::workspace_root())
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "tsync-agent",
-            "-p",
-            "tsync-analyze",
-        ])
-        .status()
-        .context("cannot run cargo")?;
-    if !status.success() {
-        bail!("building tsync-agent and tsync-analyze failed");
-    }
-    Ok(())
-}
-
-/// Starts an agent in node `k`'s namespace and waits until it says it is recording.
-fn start_agent(lab: &Lab, k: usize, skew: ClockSkew, out: &Path) -> anyhow::Result<Guarded> {
+/// Starts an agent in node `k`'s namespace, its stderr copied to `agent-K.log`, and waits until
+/// it says it is recording.
+fn start_agent(lab: &Bridge, k: usize, skew: ClockSkew, out: &Path) -> anyhow::Result<Agent> {
     let file = out.join(format!("node-{k}.tsync"));
     let log = out.join(format!("agent-{k}.log"));
-    let mut child = lab
-        .command(k, &release_binary("tsync-agent"))
-        // The demo owns its output directory: a repeated run replaces its own traces.
-        .args(["record", "--force", "-o"])
-        .arg(&file)
+    let mut cmd = record_command(&release_binary("tsync-agent"), Some(&lab.nodes()[k]), &file);
+    // The demo owns its output directory: a repeated run replaces its own traces.
+    cmd.arg("--force")
         .args(["--node", &format!("node-{k}")])
         .arg(format!(
             "--clock-skew={},{}",
             skew.offset_ns, skew.drift_ppm
-        ))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot start tsync-agent")?;
-    let stderr = child.stderr.take().expect("piped");
-    let guarded = Guarded(child);
-    let (ready_tx, ready_rx) = mpsc::channel();
-    std::thread::spawn(move || copy_log(stderr, &log, ready_tx));
-    match ready_rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(()) => Ok(guarded),
-        Err(_) => bail!(
-            "agent of node {k} did not start recording within 60 s; see {}",
-            out.join(format!("agent-{k}.log")).display()
-        ),
-    }
-}
-
-/// Copies an agent's stderr into its log file; signals `ready` at its "recording" line.
-fn copy_log(stderr: impl std::io::Read, log: &Path, ready: mpsc::Sender<()>) {
-    use std::io::Write;
-    let Ok(mut file) = std::fs::File::create(log) else {
-        return;
-    };
-    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-        let _ = writeln!(file, "{line}");
-        if line.contains("recording") {
-            let _ = ready.send(());
-        }
-    }
+        ));
+    Agent::start_logged(cmd, &log)
+        .with_context(|| format!("agent of node {k} did not start; see {}", log.display()))
 }
 
 /// Stops the agents with SIGINT, as a user would, and checks that they exit cleanly.
-fn stop_agents(agents: &mut [Guarded]) -> anyhow::Result<()> {
-    for agent in agents.iter() {
-        // SAFETY: kill(2) on the pid of a child we own and have not reaped.
-        unsafe { libc::kill(agent.0.id() as i32, libc::SIGINT) };
+fn stop_agents(agents: Vec<Agent>) -> anyhow::Result<()> {
+    for agent in &agents {
+        agent.signal(libc::SIGINT);
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for (k, agent) in agents.iter_mut().enumerate() {
-        loop {
-            if let Some(status) = agent.0.try_wait()? {
-                if !status.success() {
-                    bail!("agent of node {k} exited with {status}");
-                }
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("agent of node {k} did not stop within 30 s of SIGINT");
-            }
-            std::thread::sleep(Duration::from_millis(50));
+    for (k, agent) in agents.into_iter().enumerate() {
+        let status = agent.wait()?.status;
+        if !status.success() {
+            bail!("agent of node {k} exited with {status}");
         }
     }
     Ok(())
 }
 
 /// Runs the traffic generator in every node, all talking to all, and waits for them.
-fn run_traffic(lab: &Lab, duration: f64, out: &Path) -> anyhow::Result<()> {
+fn run_traffic(lab: &Bridge, duration: f64, out: &Path) -> anyhow::Result<()> {
     let me = std::env::current_exe()?;
     let n = lab.nodes().len();
     let mut generators = Vec::new();
     for k in 0..n {
         let peers: Vec<String> = (0..n)
             .filter(|&p| p != k)
-            .map(|p| format!("{}:7000", Lab::address(p)))
+            .map(|p| format!("{}:7000", Bridge::address(p)))
             .collect();
         let log = std::fs::File::create(out.join(format!("traffic-{k}.log")))?;
-        let child = lab
-            .command(k, &me)
-            .args(["traffic", "--listen", &format!("{}:7000", Lab::address(k))])
+        let child = lab.nodes()[k]
+            .command(&me)
+            .args([
+                "traffic",
+                "--listen",
+                &format!("{}:7000", Bridge::address(k)),
+            ])
             .arg(format!("--peers={}", peers.join(",")))
             .arg(format!("--duration={duration}"))
             .stdin(Stdio::null())
@@ -202,23 +141,30 @@ fn run_traffic(lab: &Lab, duration: f64, out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Records the nodes' traffic with known skews; returns the trace files.
+/// Records the nodes' traffic with known skews; returns the trace files, once the agents have
+/// stopped, their programs are gone and the namespaces deleted.
 pub fn record(args: &DemoArgs, skews: &[ClockSkew], out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let prefix = format!("tsd{}", std::process::id());
-    let lab = Lab::create(&prefix, args.nodes)?;
+    let lab = Bridge::create(&prefix, args.nodes)?;
     let mut agents = Vec::new();
+    let mut programs = BTreeSet::new();
     for (k, &skew) in skews.iter().enumerate() {
-        agents.push(start_agent(&lab, k, skew, out)?);
+        let agent = start_agent(&lab, k, skew, out)?;
+        programs.extend(agent.program_ids()?);
+        agents.push(agent);
     }
     eprintln!(
         "agents recording; {} s of traffic among {} nodes",
         args.duration, args.nodes
     );
     run_traffic(&lab, args.duration, out)?;
-    stop_agents(&mut agents)?;
-    drop(agents);
+    stop_agents(agents)?;
+    let left = wait_unloaded(&programs)?;
+    if !left.is_empty() {
+        bail!("BPF programs left loaded after the agents exited: {left:?}");
+    }
     drop(lab);
-    let left = crate::netns::leftovers(&prefix)?;
+    let left = tsync_lab::leftovers(&prefix)?;
     if !left.is_empty() {
         bail!("namespaces left behind: {}", left.join(", "));
     }
@@ -288,7 +234,7 @@ pub fn analyze(
         matching: MatchOptions::default(),
         linreg_filter_z: None,
     };
-    let sync = tsync_analyze::sync::run(&inputs, &options, &mut |_| {})?;
+    let sync = tsync_analyze::sync(&inputs, &options, &mut |_| {})?;
     let mut checks = Vec::new();
     for (k, skew) in skews.iter().enumerate().skip(1) {
         checks.push(check_node(&sync, k, *skew)?);
@@ -368,35 +314,6 @@ pub fn table(checks: &[NodeCheck]) -> String {
     out
 }
 
-/// Ids of loaded BPF programs named like the agent's hooks.
-fn agent_programs() -> anyhow::Result<std::collections::BTreeSet<u32>> {
-    let out = Command::new("bpftool")
-        .args(["prog", "show"])
-        .output()
-        .context("cannot run bpftool (cargo xtask setup installs it)")?;
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| {
-            l.contains(" tracing ")
-                && (l.contains("name net_dev_queue ") || l.contains("name netif_receive_skb "))
-        })
-        .filter_map(|l| l.split(':').next()?.trim().parse().ok())
-        .collect())
-}
-
-/// Waits (up to 10 s: the kernel frees programs asynchronously) until no agent program beyond
-/// `before` is loaded; returns those still there.
-fn wait_programs_gone(before: &std::collections::BTreeSet<u32>) -> anyhow::Result<Vec<u32>> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left: Vec<u32> = agent_programs()?.difference(before).copied().collect();
-        if left.is_empty() || Instant::now() > deadline {
-            return Ok(left);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 impl DemoArgs {
     pub fn run(self) -> anyhow::Result<()> {
         // Ctrl-C reaches the agents and traffic generators too (same process group): they stop,
@@ -406,25 +323,19 @@ impl DemoArgs {
             .context("cannot install the Ctrl-C handler")?;
         anyhow::ensure!(self.nodes >= 2, "the demo needs at least 2 nodes");
         crate::setup::run_setup(true)?;
-        build()?;
+        build_release(&["tsync-agent", "tsync-analyze"])?;
         let seed = self.seed.unwrap_or_else(rand::random);
         let out = self
             .out
             .clone()
-            .unwrap_or_else(|| crate::workspace_root().join(format!("target/demo/{seed}")));
+            .unwrap_or_else(|| workspace_root().join(format!("target/demo/{seed}")));
         std::fs::create_dir_all(&out)
             .with_context(|| format!("cannot create {}", out.display()))?;
         let skews = skews(self.nodes, seed);
         eprintln!("demo: seed {seed}, output in {}", out.display());
-        let programs_before = agent_programs()?;
         let files = record(&self, &skews, &out)?;
-        let left = wait_programs_gone(&programs_before)?;
-        anyhow::ensure!(
-            left.is_empty(),
-            "BPF programs left loaded after the agents exited: {left:?}"
-        );
         let (sync, checks, inversions) = analyze(&files, &skews)?;
-        let json = serde_json::to_string_pretty(&tsync_analyze::report::to_json(&sync))?;
+        let json = serde_json::to_string_pretty(&tsync_analyze::output::report::to_json(&sync))?;
         std::fs::write(out.join("sync.json"), json + "\n")?;
         artifacts(&files, &out)?;
         let report = summary(&self, seed, &out, &sync, &checks, inversions);

@@ -13,9 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
-use tsync_analyze::input::InputSet;
-use tsync_analyze::matching::MatchOptions;
-use tsync_analyze::message::{MatchedMessage, MessageSink};
+use tsync_analyze::{InputSet, MatchOptions, MatchedMessage, MessageSink};
 use tsync_common::format::{ClockSample, Footer, LostCounts, TraceReader, TraceWriter};
 
 use crate::setup::run;
@@ -161,8 +159,16 @@ fn run_one(root: &Path, target: &str, seconds: u64) -> Result<Stats> {
         .args(["+nightly", "fuzz", "run", target])
         .arg(&corpus)
         .arg("--")
-        .arg(format!("-max_total_time={seconds}"))
-        .arg(format!("-rss_limit_mb={RSS_LIMIT_MB}"))
+        .arg(format!("-max_total_time={seconds}"));
+    // Tokens of the formats (magic, chunk kinds, bincode varint markers, number forms).
+    let dict = root
+        .join("fuzz")
+        .join("dicts")
+        .join(format!("{target}.dict"));
+    if dict.is_file() {
+        cmd.arg(format!("-dict={}", dict.display()));
+    }
+    cmd.arg(format!("-rss_limit_mb={RSS_LIMIT_MB}"))
         .arg(format!("-timeout={TIMEOUT_S}"))
         .arg("-print_final_stats=1")
         // Last, so that it wins over the one cargo-fuzz passes (fuzz/artifacts/TARGET/).
@@ -367,6 +373,10 @@ impl Seeds {
         let r0 = &rich[0];
         trace_reader.push(("cut-in-chunk".into(), r0[..r0.len() * 2 / 3].to_vec()));
         trace_reader.push(("header-only".into(), header_only(r0)));
+        // As chunk lists (lengths and checksums filled in by the targets).
+        for (k, t) in rich.iter().enumerate() {
+            trace_reader.push((format!("chunks-sim-node-{k}"), chunk_list(t)));
+        }
 
         let mut sync_pipeline = vec![
             ("traces-0-1".into(), encode(0, &traces[0], &traces[1])),
@@ -377,6 +387,10 @@ impl Seeds {
             (
                 "samples-0-2-linreg".into(),
                 encode(OPT_LINREG | OPT_REPAIR, &rich[0], &rich[2]),
+            ),
+            (
+                "chunks-0-1".into(),
+                encode(0, &chunk_list(&rich[0]), &chunk_list(&rich[1])),
             ),
             ("trace-alone".into(), encode(OPT_ONE_FILE, &traces[0], &[])),
             ("text-and-trace".into(), encode(0, &messages, &traces[2])),
@@ -407,6 +421,26 @@ fn encode(options: u8, a: &[u8], b: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&(a.len() as u32).to_le_bytes());
     out.extend_from_slice(a);
     out.extend_from_slice(b);
+    out
+}
+
+/// A trace file as the chunk list the targets rebuild it from (`build_trace` in
+/// `fuzz/src/lib.rs`): `CHUNKS`, then per chunk the separator, its kind as one byte and its
+/// payload. Stops at the first chunk cut short.
+fn chunk_list(trace: &[u8]) -> Vec<u8> {
+    let mut out = b"CHUNKS".to_vec();
+    let mut offset = 16;
+    while let Some(head) = trace.get(offset..offset + 16) {
+        let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
+        let (kind, len) = (word(0), word(4) as usize);
+        let Some(payload) = trace.get(offset + 16..offset + 16 + len) else {
+            break;
+        };
+        out.extend_from_slice(b"\xc4\xc4\xc4\xc4");
+        out.push(kind as u8);
+        out.extend_from_slice(payload);
+        offset += 16 + len.div_ceil(8) * 8;
+    }
     out
 }
 
@@ -573,6 +607,22 @@ mod tests {
             parse_output(out).failure.as_deref(),
             Some("out of memory: allocator is trying to allocate 0xe8d4a51000 bytes")
         );
+    }
+
+    #[test]
+    fn chunk_lists_hold_every_chunk() {
+        let header = tsync_common::format::Header {
+            node: "n".into(),
+            ..Default::default()
+        };
+        let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
+        w.write_event(&tsync_common::PacketEvent::default())
+            .unwrap();
+        let file = w.finish(&Footer::default()).unwrap();
+        let list = chunk_list(&file);
+        assert!(list.starts_with(b"CHUNKS\xc4\xc4\xc4\xc4\x01"));
+        let parts = list.windows(4).filter(|w| w == b"\xc4\xc4\xc4\xc4").count();
+        assert_eq!(parts, 3, "header, events, end");
     }
 
     #[test]

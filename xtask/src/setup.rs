@@ -10,6 +10,9 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+// `fuzz` reaches these here.
+pub use crate::util::{output, run};
+
 /// The bpf-linker release the eBPF build is known to work with.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// The bpf-linker feature matching the LLVM major version of the nightly toolchain.
@@ -51,25 +54,6 @@ pub fn run_setup(apt: bool) -> Result<()> {
     ensure_mounts()?;
     eprintln!("setup: done");
     Ok(())
-}
-
-/// Runs a command, failing with its command line if it cannot start or exits non-zero.
-pub fn run(cmd: &mut Command) -> Result<()> {
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot run {cmd:?}"))?;
-    if !status.success() {
-        bail!("{cmd:?} failed: {status}");
-    }
-    Ok(())
-}
-
-/// Runs a command and returns its stdout, or `None` if it cannot start or fails.
-pub fn output(cmd: &mut Command) -> Option<String> {
-    let out = cmd.output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The eBPF crate is built with `-Z build-std=core` on nightly, which needs the nightly's sources.
@@ -199,7 +183,7 @@ fn ensure_debian_packages() -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    if !is_root() {
+    if !tsync_lab::is_root() {
         bail!(
             "Debian packages missing: {} — run `cargo xtask setup` as root, or install them yourself",
             missing.join(" ")
@@ -215,11 +199,6 @@ fn ensure_debian_packages() -> Result<()> {
         .args(&missing))
 }
 
-/// True if we run with effective uid 0.
-fn is_root() -> bool {
-    output(Command::new("id").arg("-u")).is_some_and(|u| u.trim() == "0")
-}
-
 /// Mounts tracefs and the BPF filesystem where they are absent (bpftool and tracepoint listing use them).
 fn ensure_mounts() -> Result<()> {
     let mounts = fs::read_to_string("/proc/mounts").context("cannot read /proc/mounts")?;
@@ -232,7 +211,7 @@ fn ensure_mounts() -> Result<()> {
         if mounted {
             continue;
         }
-        if !is_root() {
+        if !tsync_lab::is_root() {
             eprintln!("setup: note: {fstype} is not mounted on {target} (needs root)");
             continue;
         }

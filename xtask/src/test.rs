@@ -1,11 +1,13 @@
 //! `cargo xtask test`: the project's test command (README, CI): setup, fmt, clippy, the
-//! workspace's tests, a short run of every fuzz target, then the end-to-end demo with random skews
-//! (real kernel, real traffic, every figure checked against the injected truth).
-use std::process::Command;
+//! workspace's tests, the real-kernel tests (root: `tsync-lab`'s ignored tests), a short run of
+//! every fuzz target, then the end-to-end demo with random skews (real kernel, real traffic,
+//! every figure checked against the injected truth).
+use anyhow::{Result, ensure};
 
-use anyhow::Result;
-
-use crate::setup::{run, run_setup};
+use crate::{
+    setup::run_setup,
+    util::{cargo, defaults, run},
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -15,6 +17,9 @@ pub struct Args {
     /// Skip the end-to-end demo (it needs root and takes about a minute plus a release build).
     #[arg(long)]
     no_demo: bool,
+    /// Skip the real-kernel tests (they need root: namespaces, eBPF).
+    #[arg(long)]
+    no_root_tests: bool,
     /// Seconds of fuzzing per fuzz target after the tests, as `cargo xtask fuzz` does (0: skip).
     #[arg(long, value_name = "SECS", default_value_t = 15)]
     fuzz_seconds: u64,
@@ -28,11 +33,10 @@ impl Args {
         if !self.no_setup {
             run_setup(true)?;
         }
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         eprintln!("test: cargo fmt --all --check");
-        run(Command::new(&cargo).args(["fmt", "--all", "--check"]))?;
+        run(cargo().args(["fmt", "--all", "--check"]))?;
         eprintln!("test: cargo clippy --workspace --all-targets -- -D warnings");
-        run(Command::new(&cargo).args([
+        run(cargo().args([
             "clippy",
             "--workspace",
             "--all-targets",
@@ -41,9 +45,19 @@ impl Args {
             "warnings",
         ]))?;
         eprintln!("test: cargo test --workspace");
-        run(Command::new(&cargo)
-            .args(["test", "--workspace"])
-            .args(&self.test_args))?;
+        run(cargo().args(["test", "--workspace"]).args(&self.test_args))?;
+        if !self.no_root_tests {
+            ensure!(
+                tsync_lab::is_root(),
+                "the real-kernel tests need root (namespaces, eBPF): run cargo xtask test as \
+                 root, as CI does, or pass --no-root-tests"
+            );
+            eprintln!("test: cargo test -p tsync-lab -- --ignored (real kernel, root)");
+            run(cargo()
+                .args(["test", "-p", "tsync-lab"])
+                .args(&self.test_args)
+                .args(["--", "--ignored"]))?;
+        }
         if self.fuzz_seconds > 0 {
             eprintln!(
                 "test: cargo xtask fuzz --seconds {} (every target)",
@@ -55,6 +69,6 @@ impl Args {
             return Ok(());
         }
         eprintln!("test: cargo xtask demo (random skews)");
-        crate::defaults::<crate::demo::DemoArgs>()?.run()
+        defaults::<crate::demo::DemoArgs>()?.run()
     }
 }

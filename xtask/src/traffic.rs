@@ -41,6 +41,14 @@ pub struct TrafficArgs {
 const REQUEST_RESPONSE: u8 = 1;
 const BULK: u8 = 2;
 
+impl TrafficArgs {
+    pub fn run(self) -> anyhow::Result<()> {
+        let exchanges = run(&self)?;
+        println!("{exchanges} request/response exchanges completed");
+        Ok(())
+    }
+}
+
 /// Runs the generator; returns the number of completed exchanges.
 pub fn run(args: &TrafficArgs) -> anyhow::Result<u64> {
     let listener = TcpListener::bind(args.listen)

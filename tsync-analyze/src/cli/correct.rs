@@ -3,7 +3,7 @@
 
 use clap::Args;
 use tsync_analyze::clc::{ClcOutcome, ClcReport, PairLatency};
-use tsync_analyze::timeline::{Timeline, TimelineOptions};
+use tsync_analyze::{Timeline, TimelineOptions};
 
 use super::{ClcArgs, CliError, CmdResult, SyncArgs};
 
@@ -11,7 +11,7 @@ use super::{ClcArgs, CliError, CmdResult, SyncArgs};
 pub struct CorrectCmd {
     #[command(flatten)]
     pub sync: SyncArgs,
-    /// Print the JSON report of the contracts.
+    /// Print the JSON report (docs/json.md).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -37,11 +37,9 @@ pub fn clc_timeline(
         plot_samples,
     };
     let mut timeline = super::build_timeline(&sync.inputs, &options)?;
-    let times = timeline.linear_times().map_err(|e| e.to_string())?;
+    let times = timeline.linear_times()?;
     let l_min = timeline.l_min(l_min_ns);
-    let outcome = timeline
-        .run_clc(times, &l_min, &clc.params())
-        .map_err(|e| e.to_string())?;
+    let outcome = timeline.run_clc(times, &l_min, &clc.params())?;
     Ok((timeline, l_min, outcome))
 }
 

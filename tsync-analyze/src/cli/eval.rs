@@ -3,8 +3,8 @@
 //! smallest round trip, transfer-time histograms, and the accuracy interval over time.
 
 use clap::Args;
+use tsync_analyze::TimelineOptions;
 use tsync_analyze::eval::EvalReport;
-use tsync_analyze::timeline::TimelineOptions;
 
 use super::{ClcArgs, CmdResult, PlotArgs, SyncArgs};
 
@@ -17,7 +17,7 @@ pub struct EvalCmd {
     pub clc: bool,
     #[command(flatten)]
     pub clc_params: ClcArgs,
-    /// Print the JSON report of the contracts.
+    /// Print the JSON report (docs/json.md).
     #[arg(long)]
     pub json: bool,
     /// Minimum message latency (ns) for every pair, instead of half the smallest round trip of
@@ -34,9 +34,7 @@ pub fn run(a: EvalCmd) -> CmdResult {
     let (timeline, report) = if a.clc {
         let (timeline, l_min, outcome) =
             super::correct::clc_timeline(&a.sync, &a.clc_params, a.l_min_ns, plot_samples)?;
-        let report = timeline
-            .evaluate(l_min, Some(&outcome.corrected), &mut |_| {})
-            .map_err(|e| e.to_string())?;
+        let report = timeline.evaluate(l_min, Some(&outcome.corrected), &mut |_| {})?;
         (timeline, report)
     } else {
         let l_min_ns = super::l_min_arg(a.l_min_ns)?;
@@ -46,9 +44,7 @@ pub fn run(a: EvalCmd) -> CmdResult {
             plot_samples,
         };
         let timeline = super::build_timeline(&a.sync.inputs, &options)?;
-        let report = timeline
-            .evaluate(timeline.l_min(l_min_ns), None, &mut |_| {})
-            .map_err(|e| e.to_string())?;
+        let report = timeline.evaluate(timeline.l_min(l_min_ns), None, &mut |_| {})?;
         (timeline, report)
     };
     super::print_warnings(&timeline);
@@ -110,9 +106,9 @@ fn render(r: &EvalReport, names: &[&str]) -> String {
             out.push_str(&format!(
                 "{:<24} best {:.0}, worst {:.0}, mean {:.0}\n",
                 format!("{} ↔ {}", names[c.a], names[c.b]),
-                c.best_ns,
-                c.worst_ns,
-                c.mean_ns
+                c.curve.stats.best,
+                c.curve.stats.worst,
+                c.curve.stats.mean
             ));
         }
     }

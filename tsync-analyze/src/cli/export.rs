@@ -5,9 +5,9 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use clap::Args;
-use tsync_analyze::export::{ExportFormat, ExportOptions, exporter};
+use tsync_analyze::output::export::{ExportFormat, ExportOptions, exporter};
 use tsync_analyze::output::{InputIds, OutputFile};
-use tsync_analyze::timeline::{ExportSummary, Timeline, TimelineOptions};
+use tsync_analyze::{ExportSummary, Timeline, TimelineOptions};
 
 use super::{ClcArgs, CliError, CmdResult, SyncArgs};
 
@@ -56,7 +56,7 @@ impl FormatArg {
 pub fn run(a: ExportCmd) -> CmdResult {
     // Before anything is read: an export must never replace one of its inputs.
     let inputs = InputIds::of(&a.sync.inputs);
-    inputs.check(&a.output).map_err(|e| e.to_string())?;
+    inputs.check(&a.output)?;
     a.clc_params.check_used(a.clc)?;
     if a.no_comments && !matches!(a.format, FormatArg::Pcapng) {
         return Err(CliError::usage(
@@ -81,7 +81,7 @@ pub fn run(a: ExportCmd) -> CmdResult {
         (super::build_timeline(&a.sync.inputs, &options)?, None)
     };
     super::print_warnings(&timeline);
-    let mut out = OutputFile::create(&a.output, "", &inputs).map_err(|e| e.to_string())?;
+    let mut out = OutputFile::create(&a.output, "", &inputs)?;
     let summary = match write(
         &timeline,
         corrected.as_deref(),
@@ -99,9 +99,9 @@ pub fn run(a: ExportCmd) -> CmdResult {
             return Ok(());
         }
         // Dropping `out` removes the partial file: the target stays as it was.
-        Err(e) => return Err(out.failure(&e).into()),
+        Err(e) => return Err(CliError::msg(out.failure(&e))),
     };
-    out.commit().map_err(|e| e.to_string())?;
+    out.commit()?;
     eprintln!(
         "tsync-analyze: exported {} events ({} with a matched peer) to {}{}",
         summary.events,

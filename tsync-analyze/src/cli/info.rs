@@ -5,10 +5,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use serde::Serialize;
-use tsync_analyze::input::{SourceKind, sniff};
-use tsync_analyze::{info, text};
+use tsync_analyze::{SourceKind, TraceSummary, sniff, text};
 
-use super::CmdResult;
+use super::{CliError, CmdResult};
 
 #[derive(Args)]
 pub struct InfoCmd {
@@ -48,8 +47,8 @@ impl TextTrace {
     }
 }
 
-fn text_summary(path: &Path) -> Result<TextSummary, String> {
-    let header = text::read_header(path).map_err(|e| e.to_string())?;
+fn text_summary(path: &Path) -> Result<TextSummary, CliError> {
+    let header = text::read_header(path)?;
     let mut per_trace: Vec<TextTrace> = (0..header.traces)
         .map(|index| TextTrace {
             index,
@@ -63,8 +62,7 @@ fn text_summary(path: &Path) -> Result<TextSummary, String> {
         let r = &mut per_trace[m.recv_trace as usize];
         r.received += 1;
         r.saw(m.recv_ns);
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     Ok(TextSummary {
         path: path.to_path_buf(),
         format: "text",
@@ -97,19 +95,19 @@ fn render_text(s: &TextSummary) -> String {
 }
 
 /// One file's report as JSON and as text.
-fn describe(path: &Path) -> Result<(serde_json::Value, String), String> {
-    match sniff(path).map_err(|e| e.to_string())? {
+fn describe(path: &Path) -> Result<(serde_json::Value, String), CliError> {
+    match sniff(path)? {
         SourceKind::Trace => {
-            let i = info::inspect(path).map_err(|e| format!("{e:#}"))?;
-            let mut v = serde_json::to_value(&i).map_err(|e| e.to_string())?;
+            let i = tsync_analyze::inspect(path)?;
+            let mut v = serde_json::to_value(&i)?;
             if let Some(o) = v.as_object_mut() {
                 o.insert("format".into(), "trace".into());
             }
-            Ok((v, info::render(&i)))
+            Ok((v, render_trace(&i)))
         }
         SourceKind::Text { .. } => {
             let s = text_summary(path)?;
-            let v = serde_json::to_value(&s).map_err(|e| e.to_string())?;
+            let v = serde_json::to_value(&s)?;
             Ok((v, render_text(&s)))
         }
     }
@@ -128,6 +126,92 @@ pub fn run(a: InfoCmd) -> CmdResult {
     } else {
         texts.join("\n")
     };
-    // A piped input is described under the name it was given, not its temporary copy's.
-    super::write_stdout(super::spool::as_given(&out).as_bytes())
+    super::write_stdout(out.as_bytes())
+}
+
+/// The human-readable report for one file.
+fn render_trace(info: &TraceSummary) -> String {
+    let h = &info.header;
+    let mut out = format!("{}\n", info.path.display());
+    let mut line = |key: &str, value: String| out.push_str(&format!("  {key:<14} {value}\n"));
+    line("node", format!("{} (host {})", h.node, h.hostname));
+    line(
+        "kernel",
+        format!("{}, clocksource {}", h.kernel_release, h.clocksource),
+    );
+    line("boot id", h.boot_id.clone());
+    for iface in &h.interfaces {
+        line(
+            "interface",
+            format!(
+                "{} #{} {}",
+                iface.name,
+                iface.ifindex,
+                iface.addresses.join(" ")
+            ),
+        );
+    }
+    if let Some(skew) = &h.options.clock_skew {
+        line(
+            "clock skew",
+            format!(
+                "{} ns, {} ppm (injected on purpose)",
+                skew.offset_ns, skew.drift_ppm
+            ),
+        );
+    }
+    let e = &info.events;
+    line(
+        "events",
+        format!(
+            "{} ({} sent, {} received; TCP/IPv4 {}, TCP/IPv6 {}, UDP/IPv4 {})",
+            e.total, e.send, e.recv, e.tcp4, e.tcp6, e.udp4
+        ),
+    );
+    if e.out_of_order > 0 {
+        line(
+            "out of order",
+            format!("{} events (file not time-sorted)", e.out_of_order),
+        );
+    }
+    line(
+        "lost",
+        format!(
+            "{} ({} send, {} receive)",
+            info.lost.total(),
+            info.lost.send,
+            info.lost.recv
+        ),
+    );
+    if let (Some(first), Some(last)) = (info.first_ns, info.last_ns) {
+        line(
+            "time span",
+            format!(
+                "{:.6} s ({:.9} .. {:.9} s)",
+                (last - first) as f64 * 1e-9,
+                first as f64 * 1e-9,
+                last as f64 * 1e-9
+            ),
+        );
+    }
+    let c = &info.clock;
+    let mut clock = format!("{} samples", c.samples);
+    if let Some(ppm) = c.monotonic_vs_raw_ppm {
+        clock.push_str(&format!(", monotonic vs raw {ppm:+.3} ppm"));
+    }
+    if let Some(hz) = c.tsc_hz {
+        clock.push_str(&format!(", TSC {:.3} MHz", hz * 1e-6));
+    }
+    line("clock", clock);
+    match &info.damage {
+        None => line("file", "complete".into()),
+        Some(d) => line(
+            "file",
+            format!(
+                "DAMAGED: {} at byte {}; {} byte(s) not read",
+                d.reason, d.offset, d.bytes_discarded
+            ),
+        ),
+    }
+    out
 }

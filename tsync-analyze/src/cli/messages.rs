@@ -4,11 +4,9 @@
 use std::io::Write;
 
 use clap::Args;
-use tsync_analyze::input::InputSet;
-use tsync_analyze::message::{MatchedMessage, MessageSink};
-use tsync_analyze::text;
+use tsync_analyze::{InputSet, MatchedMessage, MessageSink, text};
 
-use super::{CmdResult, MatchArgs};
+use super::{CliError, CmdResult, MatchArgs};
 
 #[derive(Args)]
 pub struct MessagesCmd {
@@ -50,7 +48,7 @@ impl<W: Write> MessageSink for TextWriter<W> {
 }
 
 pub fn run(a: MessagesCmd) -> CmdResult {
-    let inputs = InputSet::open(&a.inputs).map_err(|e| e.to_string())?;
+    let inputs = InputSet::open(&a.inputs)?;
     let options = a.matching.options()?;
     let stdout = std::io::stdout().lock();
     let mut w = TextWriter {
@@ -64,16 +62,12 @@ pub fn run(a: MessagesCmd) -> CmdResult {
         head.push_str(&format!("# trace {}: {}\n", t.index, t.name));
     }
     head.push_str(&format!("{}\n", inputs.traces.len()));
-    w.out
-        .write_all(head.as_bytes())
-        .map_err(|e| e.to_string())?;
-    let stats = inputs
-        .for_each_message(&options, &mut w, &mut |_| {})
-        .map_err(|e| e.to_string())?;
+    w.out.write_all(head.as_bytes())?;
+    let stats = inputs.for_each_message(&options, &mut w, &mut |_| {})?;
     let flushed = w.out.flush();
     match w.error.map_or(flushed, Err) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
-        Err(e) => return Err(format!("cannot write the output: {e}").into()),
+        Err(e) => return Err(CliError::msg(format!("cannot write the output: {e}"))),
         Ok(()) => {}
     }
     eprintln!(

@@ -5,6 +5,7 @@ pub mod eval;
 pub mod export;
 pub mod info;
 pub mod messages;
+pub mod progress;
 pub mod spool;
 pub mod sync;
 
@@ -13,14 +14,13 @@ use std::path::PathBuf;
 
 use clap::Args;
 use tsync_analyze::clc::ClcParams;
-use tsync_analyze::corridor::Quality;
-use tsync_analyze::figures;
-use tsync_analyze::input::InputSet;
-use tsync_analyze::matching::{DEFAULT_WINDOW_NS, MatchOptions};
-use tsync_analyze::plot::PlotFormat;
-use tsync_analyze::progress;
-use tsync_analyze::sync::{Algorithm, SyncOptions, SyncResult};
-use tsync_analyze::timeline::{Timeline, TimelineOptions};
+use tsync_analyze::output::figures;
+use tsync_analyze::output::plot::PlotFormat;
+
+use tsync_analyze::{
+    Algorithm, DEFAULT_WINDOW_NS, InputSet, MatchOptions, Quality, SyncOptions, SyncResult,
+    Timeline, TimelineOptions,
+};
 
 /// A command's failure: the message printed after `tsync-analyze: error:`, and the exit status
 /// it gives (documented in the README).
@@ -28,8 +28,8 @@ use tsync_analyze::timeline::{Timeline, TimelineOptions};
 pub enum CliError {
     /// Options that contradict each other or do nothing: status 2, as clap's own usage errors.
     Usage(String),
-    /// The command could not do its work: status 1.
-    Failed(String),
+    /// The command could not do its work: status 1. The library's typed error, or a message.
+    Failed(anyhow::Error),
     /// The command finished, but traces are not on one timebase (always when nothing was
     /// synchronized; with `--strict` also for any unsynchronized trace or approximate pair):
     /// status 3.
@@ -41,6 +41,11 @@ impl CliError {
         CliError::Usage(msg.into())
     }
 
+    /// A failure described by a message.
+    pub fn msg(msg: impl std::fmt::Display) -> Self {
+        CliError::Failed(anyhow::anyhow!("{msg}"))
+    }
+
     pub fn exit_status(&self) -> u8 {
         match self {
             CliError::Failed(_) => 1,
@@ -49,22 +54,19 @@ impl CliError {
         }
     }
 
-    pub fn message(&self) -> &str {
+    /// What to print after `tsync-analyze: error:`. The library's errors carry their cause in
+    /// their own message, so only the outermost is printed (a whole chain would repeat it).
+    pub fn message(&self) -> String {
         match self {
-            CliError::Usage(m) | CliError::Failed(m) | CliError::NotSynchronized(m) => m,
+            CliError::Usage(m) | CliError::NotSynchronized(m) => m.clone(),
+            CliError::Failed(e) => e.to_string(),
         }
     }
 }
 
-impl From<String> for CliError {
-    fn from(m: String) -> Self {
-        CliError::Failed(m)
-    }
-}
-
-impl From<&str> for CliError {
-    fn from(m: &str) -> Self {
-        CliError::Failed(m.into())
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError::Failed(e.into())
     }
 }
 
@@ -293,15 +295,14 @@ pub fn synchronized_enough(sync: &SyncResult, strict: bool) -> CmdResult {
 }
 
 /// Opens the inputs and builds the timeline, with a progress bar on large inputs.
-pub fn build_timeline(inputs: &[PathBuf], options: &TimelineOptions) -> Result<Timeline, String> {
-    let inputs = InputSet::open(inputs).map_err(|e| e.to_string())?;
+pub fn build_timeline(inputs: &[PathBuf], options: &TimelineOptions) -> Result<Timeline, CliError> {
+    let inputs = InputSet::open(inputs)?;
     let bar = progress::bar(inputs.total_bytes());
     let timeline = Timeline::build(inputs, options, &mut |n| {
         if let Some(b) = &bar {
             b.inc(n)
         }
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -316,7 +317,9 @@ pub fn write_plots(
     formats: &[PlotFormat],
 ) -> CmdResult {
     let Some(samples) = &timeline.samples else {
-        return Err("internal: the plot samples were not gathered".into());
+        return Err(CliError::msg(
+            "internal: the plot samples were not gathered",
+        ));
     };
     let inputs: Vec<&std::path::Path> = timeline
         .inputs
@@ -325,8 +328,7 @@ pub fn write_plots(
         .map(|s| s.path.as_path())
         .collect();
     let inputs = tsync_analyze::output::InputIds::of(&inputs);
-    let written = figures::write_plots(dir, &timeline.sync, samples, eval, formats, &inputs)
-        .map_err(|e| e.to_string())?;
+    let written = figures::write_plots(dir, &timeline.sync, samples, eval, formats, &inputs)?;
     if written.is_empty() {
         warn("--plot: no trace pair exchanged messages, nothing to draw");
     } else {
@@ -352,18 +354,20 @@ pub fn print_warnings(timeline: &Timeline) {
 }
 
 /// Serializes `value` as pretty JSON plus a newline.
-pub fn json<T: serde::Serialize>(value: &T) -> Result<String, String> {
-    let mut s = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+pub fn json<T: serde::Serialize>(value: &T) -> Result<String, CliError> {
+    let mut s = serde_json::to_string_pretty(value)?;
     s.push('\n');
     Ok(s)
 }
 
-/// Writes to stdout; a closed pipe (`| head`) is not an error.
+/// Writes a report or document to stdout, naming piped inputs as the user gave them; a closed
+/// pipe (`| head`) is not an error.
 pub fn write_stdout(b: &[u8]) -> CmdResult {
+    let text = spool::as_given(&String::from_utf8_lossy(b));
     let mut o = std::io::stdout().lock();
-    match o.write_all(b).and_then(|_| o.flush()) {
+    match o.write_all(text.as_bytes()).and_then(|_| o.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(format!("cannot write the output: {e}").into()),
+        Err(e) => Err(CliError::msg(format!("cannot write the output: {e}"))),
     }
 }

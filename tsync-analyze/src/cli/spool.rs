@@ -37,11 +37,11 @@ pub fn spool(inputs: &mut [PathBuf]) -> Result<(), CliError> {
                     .prefix("tsync-analyze-input.")
                     .tempdir()
                     .map_err(|e| {
-                        format!(
+                        CliError::msg(format!(
                             "cannot create a temporary directory for the piped inputs in {} ({e}); \
                              set TMPDIR to a writable directory with room for them",
                             std::env::temp_dir().display()
-                        )
+                        ))
                     })?;
                 DIR.get_or_init(|| d)
             }
@@ -71,11 +71,11 @@ fn reads_once(path: &Path) -> bool {
 
 fn copy_input(input: &Path, is_stdin: bool, copy: &Path, shown: &str) -> Result<(), CliError> {
     let mut out = File::create(copy).map_err(|e| {
-        format!(
+        CliError::msg(format!(
             "cannot copy {shown} to {} to read it: {}",
             copy.display(),
             tsync_analyze::output::describe_io(&e)
-        )
+        ))
     })?;
     let copied = if is_stdin {
         std::io::copy(&mut std::io::stdin().lock(), &mut out)
@@ -83,10 +83,10 @@ fn copy_input(input: &Path, is_stdin: bool, copy: &Path, shown: &str) -> Result<
         File::open(input).and_then(|mut f| std::io::copy(&mut f, &mut out))
     };
     copied.map_err(|e| {
-        format!(
+        CliError::msg(format!(
             "cannot copy {shown} to a temporary file to read it: {} (TMPDIR chooses where)",
             tsync_analyze::output::describe_io(&e)
-        )
+        ))
     })?;
     Ok(())
 }

@@ -1,18 +1,17 @@
 //! `tsync-analyze sync`: the clock correction of every trace, and optionally its plots.
 
+use super::progress;
 use clap::Args;
-use tsync_analyze::input::InputSet;
-use tsync_analyze::sync::{self, SyncOptions, SyncResult};
-use tsync_analyze::timeline::TimelineOptions;
-use tsync_analyze::{progress, report};
+use tsync_analyze::output::report;
+use tsync_analyze::{InputSet, SyncOptions, SyncResult, TimelineOptions};
 
-use super::{CmdResult, PlotArgs, SyncArgs};
+use super::{CliError, CmdResult, PlotArgs, SyncArgs};
 
 #[derive(Args)]
 pub struct SyncCmd {
     #[command(flatten)]
     pub sync: SyncArgs,
-    /// Print the JSON document of the contracts instead of the report.
+    /// Print the JSON document (docs/json.md) instead of the report.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -34,24 +33,21 @@ pub fn run(a: SyncCmd) -> CmdResult {
     let timeline = super::build_timeline(&a.sync.inputs, &options)?;
     // The histograms show the transfer times after this correction: a second, streaming pass
     // over the messages.
-    let eval = timeline
-        .evaluate(timeline.l_min(None), None, &mut |_| {})
-        .map_err(|e| e.to_string())?;
+    let eval = timeline.evaluate(timeline.l_min(None), None, &mut |_| {})?;
     super::write_plots(dir, &timeline, Some(&eval), &a.plot.formats())?;
     print(&timeline.sync, a.json)?;
     super::synchronized_enough(&timeline.sync, a.sync.strict)
 }
 
 /// `sync` without plots: the hulls only, one pass, nothing gathered on the side.
-fn plain(a: &SyncArgs, options: &SyncOptions) -> Result<SyncResult, String> {
-    let inputs = InputSet::open(&a.inputs).map_err(|e| e.to_string())?;
+fn plain(a: &SyncArgs, options: &SyncOptions) -> Result<SyncResult, CliError> {
+    let inputs = InputSet::open(&a.inputs)?;
     let bar = progress::bar(inputs.total_bytes());
-    let result = sync::run(&inputs, options, &mut |n| {
+    let result = tsync_analyze::sync(&inputs, options, &mut |n| {
         if let Some(b) = &bar {
             b.inc(n)
         }
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }

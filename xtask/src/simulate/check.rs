@@ -2,9 +2,7 @@
 
 use std::path::PathBuf;
 
-use tsync_analyze::input::InputSet;
-use tsync_analyze::matching::MatchOptions;
-use tsync_analyze::sync::{Algorithm, PairResult, SyncOptions, SyncResult};
+use tsync_analyze::{Algorithm, InputSet, MatchOptions, PairResult, SyncOptions, SyncResult};
 
 use super::Truth;
 
@@ -25,6 +23,14 @@ pub struct NodeAccuracy {
     pub max_error_ns: f64,
 }
 
+/// [`measure`] with each algorithm, convex hull first.
+pub fn measure_both(truth: &Truth) -> anyhow::Result<Vec<(Algorithm, Vec<NodeAccuracy>)>> {
+    [Algorithm::Chull, Algorithm::Linreg]
+        .into_iter()
+        .map(|algorithm| Ok((algorithm, measure(truth, algorithm)?)))
+        .collect()
+}
+
 /// Synchronizes the simulated traces with `algorithm` (the first node, whose clock is true, as
 /// reference) and measures each node's error against the truth.
 pub fn measure(truth: &Truth, algorithm: Algorithm) -> anyhow::Result<Vec<NodeAccuracy>> {
@@ -36,7 +42,7 @@ pub fn measure(truth: &Truth, algorithm: Algorithm) -> anyhow::Result<Vec<NodeAc
         matching: MatchOptions::default(),
         linreg_filter_z: None,
     };
-    let sync = tsync_analyze::sync::run(&inputs, &options, &mut |_| {})?;
+    let sync = tsync_analyze::sync(&inputs, &options, &mut |_| {})?;
     Ok(compare(truth, &sync))
 }
 

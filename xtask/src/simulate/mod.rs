@@ -23,6 +23,36 @@ use tsync_common::format::{AgentOptions, Footer, Header, Interface, TraceWriter}
 pub use clock::{ClockKind, ClockModel};
 use traffic::Connection;
 
+/// `cargo xtask simulate`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    config: SimConfig,
+    /// Output directory.
+    #[arg(short, long, default_value = "target/simulate")]
+    out: PathBuf,
+    /// Then synchronize the traces with both algorithms and print each node's error against the
+    /// truth.
+    #[arg(long)]
+    check: bool,
+}
+
+impl Args {
+    pub fn run(self) -> anyhow::Result<()> {
+        let truth = simulate(&self.config, &self.out)?;
+        println!(
+            "{} messages among {} nodes written to {}",
+            truth.messages,
+            truth.nodes.len(),
+            self.out.display()
+        );
+        if self.check {
+            print!("{}", check::table(&check::measure_both(&truth)?));
+        }
+        Ok(())
+    }
+}
+
 /// Local clocks start at this value (ns), as a node's monotonic clock reads its uptime, so that
 /// negative offsets still give positive times.
 pub const BOOT_NS: f64 = 1000e9;

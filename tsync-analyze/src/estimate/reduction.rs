@@ -1,0 +1,287 @@
+//! From pair estimates to one timebase per connected group of traces.
+//!
+//! Traces are vertices; every pair with a usable estimate is an edge weighted by how uncertain it is
+//! (mean accuracy width for accurate pairs; Ashton's error or the regression residual otherwise,
+//! with every best-effort edge ranked after any number of guaranteed ones). All-pairs shortest
+//! paths (Floyd–Warshall: trace counts are small) give, per connected group, the reference trace
+//! with the smallest sum of distances to the others — unless the user named one — and a tree of
+//! shortest paths along which the pair maps are composed exactly: the map of trace k is
+//! map(parent→ref) ∘ map(k→parent), with a pair stored the other way round inverted
+//! (a0' = −a0/a1, a1' = 1/a1). Each group has its own reference; a trace in a group of one is
+//! reported unsynchronized, never silently mapped by the identity.
+
+use crate::model::Affine;
+
+/// Edge weight: best-effort edges first by count, then the uncertainty in ns.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct Weight {
+    /// Number of edges without a guarantee on the path.
+    pub best_effort: u32,
+    /// Sum of uncertainties, ns.
+    pub ns: f64,
+}
+
+impl Weight {
+    const ZERO: Weight = Weight {
+        best_effort: 0,
+        ns: 0.0,
+    };
+
+    fn add(self, o: Weight) -> Weight {
+        Weight {
+            best_effort: self.best_effort + o.best_effort,
+            ns: self.ns + o.ns,
+        }
+    }
+
+    fn lt(self, o: Weight) -> bool {
+        (self.best_effort, self.ns) < (o.best_effort, o.ns)
+    }
+}
+
+/// A usable pair estimate: `map` sends trace a's time onto trace b's.
+#[derive(Clone, Copy, Debug)]
+pub struct Edge {
+    pub a: u32,
+    pub b: u32,
+    pub map: Affine,
+    pub weight: Weight,
+}
+
+/// How one trace relates to its group's reference.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceMap {
+    /// Connected group number (0, 1, … in order of the lowest trace index of each group).
+    pub group: u32,
+    /// Reference trace of the group.
+    pub reference: u32,
+    /// t_ref = drift · t_k + offset_ns.
+    pub map: Affine,
+    /// False for a trace related to no other trace.
+    pub synchronized: bool,
+    /// Traces on the shortest path from the reference to this trace (both included).
+    pub path: Vec<u32>,
+}
+
+/// Why the reduction could not honour a request.
+#[derive(thiserror::Error, Debug, PartialEq)]
+pub enum ReductionError {
+    #[error("reference trace {0} does not exist")]
+    NoSuchReference(u32),
+}
+
+/// Result of the reduction.
+#[derive(Clone, Debug)]
+pub struct Reduction {
+    pub traces: Vec<TraceMap>,
+    pub groups: u32,
+}
+
+/// Chooses references and composes maps. `reference` forces the reference of its group.
+pub fn reduce(
+    traces: usize,
+    edges: &[Edge],
+    reference: Option<u32>,
+) -> Result<Reduction, ReductionError> {
+    if let Some(r) = reference
+        && r as usize >= traces
+    {
+        return Err(ReductionError::NoSuchReference(r));
+    }
+    // Only traces that share a pair (and a forced reference) take part in the all-pairs search:
+    // its cost is cubic, and a text file may declare many traces that no message names.
+    let mut members: Vec<usize> = edges
+        .iter()
+        .filter(|e| e.a != e.b)
+        .flat_map(|e| [e.a as usize, e.b as usize])
+        .chain(reference.map(|r| r as usize))
+        .collect();
+    members.sort_unstable();
+    members.dedup();
+    let mut local = vec![usize::MAX; traces];
+    for (l, &t) in members.iter().enumerate() {
+        local[t] = l;
+    }
+    let n = members.len();
+    let mut dist: Vec<Option<Weight>> = vec![None; n * n];
+    let mut pred: Vec<u32> = vec![u32::MAX; n * n];
+    // Direct map for (from, to): index from*n+to → map from→to.
+    let mut direct: Vec<Option<Affine>> = vec![None; n * n];
+    for i in 0..n {
+        dist[i * n + i] = Some(Weight::ZERO);
+    }
+    for e in edges {
+        if e.a == e.b {
+            continue;
+        }
+        let (a, b) = (local[e.a as usize], local[e.b as usize]);
+        for (i, j) in [(a, b), (b, a)] {
+            if dist[i * n + j].is_none_or(|d| e.weight.lt(d)) {
+                dist[i * n + j] = Some(e.weight);
+                pred[i * n + j] = i as u32;
+                direct[i * n + j] = Some(if (i, j) == (a, b) {
+                    e.map
+                } else {
+                    e.map.inverse()
+                });
+            }
+        }
+    }
+    for k in 0..n {
+        for i in 0..n {
+            let Some(dik) = dist[i * n + k] else { continue };
+            for j in 0..n {
+                let Some(dkj) = dist[k * n + j] else { continue };
+                let via = dik.add(dkj);
+                if dist[i * n + j].is_none_or(|d| via.lt(d)) {
+                    dist[i * n + j] = Some(via);
+                    pred[i * n + j] = pred[k * n + j];
+                }
+            }
+        }
+    }
+    // Groups, in order of their lowest member; a trace in no pair is a group of its own.
+    let mut group = vec![u32::MAX; traces];
+    let mut groups = 0u32;
+    for t in 0..traces {
+        if group[t] != u32::MAX {
+            continue;
+        }
+        match local[t] {
+            usize::MAX => group[t] = groups,
+            i => {
+                for j in 0..n {
+                    if dist[i * n + j].is_some() {
+                        group[members[j]] = groups;
+                    }
+                }
+            }
+        }
+        groups += 1;
+    }
+    // Reference per group (local index, or the lone trace itself).
+    let mut reference_of_group = vec![u32::MAX; groups as usize];
+    if let Some(r) = reference {
+        reference_of_group[group[r as usize] as usize] = r;
+    }
+    for t in 0..traces {
+        let g = group[t] as usize;
+        if reference_of_group[g] != u32::MAX {
+            continue;
+        }
+        let mut best: Option<(Weight, usize)> = None;
+        for c in (0..n).filter(|&c| group[members[c]] as usize == g) {
+            let sum = (0..n)
+                .filter_map(|j| dist[c * n + j])
+                .fold(Weight::ZERO, Weight::add);
+            if best.is_none_or(|(w, _)| sum.lt(w)) {
+                best = Some((sum, c));
+            }
+        }
+        reference_of_group[g] = best.map_or(t as u32, |(_, c)| members[c] as u32);
+    }
+    let mut sizes = vec![0usize; groups as usize];
+    for &g in &group {
+        sizes[g as usize] += 1;
+    }
+    // Compose along the shortest-path tree of each reference.
+    let mut out = Vec::with_capacity(traces);
+    for k in 0..traces {
+        let g = group[k];
+        let r = reference_of_group[g as usize] as usize;
+        let mut path = vec![k as u32];
+        let mut map = Affine::IDENTITY;
+        if k != r {
+            let (lr, mut v) = (local[r], local[k]);
+            while v != lr {
+                let parent = pred[lr * n + v] as usize;
+                let step = direct[v * n + parent].expect("shortest-path edges are direct pairs");
+                // map currently sends k → v; extend it to k → parent.
+                map = step.compose(&map);
+                path.push(members[parent] as u32);
+                v = parent;
+            }
+        }
+        path.reverse();
+        out.push(TraceMap {
+            group: g,
+            reference: r as u32,
+            map,
+            synchronized: sizes[g as usize] > 1,
+            path,
+        });
+    }
+    Ok(Reduction {
+        traces: out,
+        groups,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(ns: f64) -> Weight {
+        Weight { best_effort: 0, ns }
+    }
+
+    #[test]
+    fn composes_along_a_chain_with_inversions() {
+        // t1 = 100 + 2 t0 (pair 0-1), t1 = 10 + 0.5 t2 (pair 1-2 stored as 1→2: t2 = 2 t1 − 20).
+        let e01 = Edge {
+            a: 0,
+            b: 1,
+            map: Affine {
+                offset_ns: 100.0,
+                drift: 2.0,
+            },
+            weight: w(1.0),
+        };
+        let e12 = Edge {
+            a: 1,
+            b: 2,
+            map: Affine {
+                offset_ns: -20.0,
+                drift: 2.0,
+            },
+            weight: w(1.0),
+        };
+        let r = reduce(3, &[e01, e12], Some(0)).unwrap();
+        // t2 = 2 t1 − 20 = 2 (100 + 2 t0) − 20 = 180 + 4 t0  ⇒  t0 = (t2 − 180) / 4.
+        let m = r.traces[2].map;
+        assert_eq!(r.traces[2].path, vec![0, 1, 2]);
+        assert!((m.apply(580.0) - 100.0).abs() < 1e-9, "{m:?}");
+        // Trace 0 is the reference.
+        assert_eq!(r.traces[0].map, Affine::IDENTITY);
+        // Automatic reference: the middle of the chain.
+        let r = reduce(3, &[e01, e12], None).unwrap();
+        assert_eq!(r.traces[0].reference, 1);
+        let m0 = r.traces[0].map; // t1 = 100 + 2 t0
+        assert!((m0.apply(1.0) - 102.0).abs() < 1e-9);
+        let m2 = r.traces[2].map; // t1 = (t2 + 20) / 2
+        assert!((m2.apply(80.0) - 50.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn separate_groups_and_lonely_traces() {
+        let e = |a, b| Edge {
+            a,
+            b,
+            map: Affine::IDENTITY,
+            weight: w(1.0),
+        };
+        let r = reduce(5, &[e(0, 1), e(2, 3)], None).unwrap();
+        assert_eq!(r.groups, 3);
+        assert_eq!(
+            r.traces.iter().map(|t| t.group).collect::<Vec<_>>(),
+            vec![0, 0, 1, 1, 2]
+        );
+        assert!(!r.traces[4].synchronized);
+        assert!(r.traces[3].synchronized);
+        assert_eq!(r.traces[3].reference, 2);
+        assert!(matches!(
+            reduce(2, &[], Some(7)),
+            Err(ReductionError::NoSuchReference(7))
+        ));
+    }
+}

@@ -1,0 +1,168 @@
+//! The analyzer's inputs: agent trace files (one trace each) and text message files (several
+//! traces each), told apart by their content. Traces get consecutive indices in argument order.
+
+pub mod error;
+pub mod info;
+pub mod text;
+pub mod tracefile;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+pub use crate::input::error::InputError;
+
+/// What kind of file an input is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceKind {
+    /// A text message file declaring `traces` traces.
+    Text {
+        /// Traces declared on the file's first data line (0 from [`sniff`], which does not read
+        /// it).
+        traces: u32,
+    },
+    /// A trace file written by `tsync-agent`.
+    Trace,
+}
+
+/// One input file.
+#[derive(Clone, Debug)]
+pub struct Source {
+    /// The file, as given.
+    pub path: PathBuf,
+    /// Trace file or text message file.
+    pub kind: SourceKind,
+    /// Index of the file's first trace in the analyzer's trace list.
+    pub first_trace: u32,
+    /// File size in bytes (for progress reporting).
+    pub size: u64,
+}
+
+/// One trace (one node's clock).
+#[derive(Clone, Debug)]
+pub struct TraceInfo {
+    /// Position of the trace in the analyzer's trace list (argument order).
+    pub index: u32,
+    /// Node name from the trace header, or the index for text inputs.
+    pub name: String,
+    /// Index of the source file in [`InputSet::sources`].
+    pub source: usize,
+    /// The trace file header (trace-file inputs only).
+    pub header: Option<crate::input::tracefile::TraceHeader>,
+}
+
+/// The set of inputs of one analysis.
+#[derive(Clone, Debug)]
+pub struct InputSet {
+    /// The input files, in argument order.
+    pub sources: Vec<Source>,
+    /// Every trace of every file, in index order.
+    pub traces: Vec<TraceInfo>,
+}
+
+/// Sniffs a file: trace file (magic), text, or neither.
+pub fn sniff(path: &Path) -> Result<SourceKind, InputError> {
+    let mut f = std::fs::File::open(path).map_err(|e| InputError::io(path, e))?;
+    let mut prefix = [0u8; 512];
+    let mut n = 0;
+    while n < prefix.len() {
+        match f.read(&mut prefix[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(InputError::io(path, e)),
+        }
+    }
+    let prefix = &prefix[..n];
+    if crate::input::tracefile::is_trace_file(prefix) {
+        Ok(SourceKind::Trace)
+    } else if text::looks_like_text(prefix) {
+        Ok(SourceKind::Text { traces: 0 })
+    } else {
+        Err(InputError::Invalid(format!(
+            "{}: neither a tsync trace file (no TSYNCTRC magic) nor a text message file",
+            path.display()
+        )))
+    }
+}
+
+impl InputSet {
+    /// Opens and checks the headers of every input.
+    pub fn open<P: AsRef<Path>>(paths: &[P]) -> Result<InputSet, InputError> {
+        if paths.is_empty() {
+            return Err(InputError::Invalid("no input files given".into()));
+        }
+        let mut sources = Vec::new();
+        let mut traces: Vec<TraceInfo> = Vec::new();
+        for path in paths {
+            let path = path.as_ref();
+            let size = std::fs::metadata(path)
+                .map_err(|e| InputError::io(path, e))?
+                .len();
+            let first_trace = traces.len() as u32;
+            let kind = match sniff(path)? {
+                SourceKind::Trace => {
+                    let header = crate::input::tracefile::read_header(path)?;
+                    let name = if !header.node.is_empty() {
+                        header.node.clone()
+                    } else if !header.hostname.is_empty() {
+                        header.hostname.clone()
+                    } else {
+                        path.file_stem()
+                            .map_or_else(|| first_trace.to_string(), |s| s.to_string_lossy().into())
+                    };
+                    traces.push(TraceInfo {
+                        index: first_trace,
+                        name,
+                        source: sources.len(),
+                        header: Some(header),
+                    });
+                    SourceKind::Trace
+                }
+                SourceKind::Text { .. } => {
+                    let h = text::read_header(path)?;
+                    for i in 0..h.traces {
+                        traces.push(TraceInfo {
+                            index: first_trace + i,
+                            name: (first_trace + i).to_string(),
+                            source: sources.len(),
+                            header: None,
+                        });
+                    }
+                    SourceKind::Text { traces: h.traces }
+                }
+            };
+            sources.push(Source {
+                path: path.to_path_buf(),
+                kind,
+                first_trace,
+                size,
+            });
+        }
+        dedupe_names(&mut traces);
+        Ok(InputSet { sources, traces })
+    }
+
+    /// Total size of the inputs in bytes.
+    pub fn total_bytes(&self) -> u64 {
+        self.sources.iter().map(|s| s.size).sum()
+    }
+
+    /// Finds a trace by name or index (as given to `--reference`).
+    pub fn find_trace(&self, what: &str) -> Option<u32> {
+        if let Some(t) = self.traces.iter().find(|t| t.name == what) {
+            return Some(t.index);
+        }
+        what.parse::<u32>()
+            .ok()
+            .filter(|&i| (i as usize) < self.traces.len())
+    }
+}
+
+fn dedupe_names(traces: &mut [TraceInfo]) {
+    for i in 0..traces.len() {
+        let clash = traces[..i].iter().any(|t| t.name == traces[i].name);
+        if clash {
+            traces[i].name = format!("{}#{}", traces[i].name, traces[i].index);
+        }
+    }
+}

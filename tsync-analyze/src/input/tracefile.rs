@@ -1,0 +1,137 @@
+//! Agent trace files as inputs: the one layer every command reads them through. It opens a
+//! file, hands out its event chunks in place, keeps the clock samples, lost counts and damage
+//! the format reader found, knows each recording's realtime shift, and names the file in every
+//! error ([`InputError`]).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use tsync_common::format::{ClockSample, Damage, Footer, FormatError, LostCounts, TraceReader};
+use tsync_common::{PacketEvent, direction};
+
+use crate::input::error::InputError;
+
+/// The trace file header.
+pub type TraceHeader = tsync_common::format::Header;
+
+/// True when the start of a file is a trace file's magic.
+pub fn is_trace_file(prefix: &[u8]) -> bool {
+    tsync_common::format::is_trace_file(prefix)
+}
+
+fn trace_error(path: &Path, e: FormatError) -> InputError {
+    match e {
+        FormatError::Io {
+            context,
+            error: source,
+        } => InputError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::new(source.kind(), format!("{context}: {source}")),
+        },
+        other => InputError::Trace {
+            path: path.to_path_buf(),
+            what: other.to_string(),
+        },
+    }
+}
+
+/// Reads the header of a trace file.
+pub fn read_header(path: &Path) -> Result<TraceHeader, InputError> {
+    TraceFile::open(path).map(|f| f.header().clone())
+}
+
+/// Whether the analyzer can use an event: a time that fits i64 nanoseconds and a known direction.
+/// The others (a corrupt record that passed the checksum) are counted and skipped everywhere.
+#[inline]
+pub fn usable(e: &PacketEvent) -> bool {
+    e.ts_ns <= i64::MAX as u64 && (e.direction == direction::SEND || e.direction == direction::RECV)
+}
+
+/// An open trace file.
+///
+/// Unbuffered: the reader asks for whole chunks (hundreds of KiB), which the kernel copies
+/// straight into the reader's event buffer; a `BufReader` would only add a copy. The events are
+/// used in place ([`TraceFile::events`]).
+pub struct TraceFile {
+    path: PathBuf,
+    reader: TraceReader<File>,
+}
+
+impl TraceFile {
+    /// Opens `path` and reads its header.
+    pub fn open(path: &Path) -> Result<Self, InputError> {
+        let file = File::open(path).map_err(|e| InputError::io(path, e))?;
+        let reader = TraceReader::new(file).map_err(|e| trace_error(path, e))?;
+        Ok(TraceFile {
+            path: path.to_path_buf(),
+            reader,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The header: node, host, boot, interfaces, agent options.
+    pub fn header(&self) -> &TraceHeader {
+        self.reader.header()
+    }
+
+    /// Reads the next event chunk (None at the end; a chunk may be empty). Metadata chunks met
+    /// on the way (clock samples, lost counts, footer) are kept.
+    pub fn next_chunk(&mut self) -> Result<Option<&[PacketEvent]>, InputError> {
+        self.reader
+            .next_events()
+            .map_err(|e| trace_error(&self.path, e))
+    }
+
+    /// The events of the chunk read last.
+    pub fn events(&self) -> &[PacketEvent] {
+        self.reader.current_events()
+    }
+
+    /// The clock samples read so far.
+    pub fn clock_samples(&self) -> &[ClockSample] {
+        self.reader.clock_samples()
+    }
+
+    /// The kernel's lost-event counts read so far.
+    pub fn lost(&self) -> &LostCounts {
+        self.reader.lost()
+    }
+
+    /// The footer, once read (a file cut short has none).
+    pub fn footer(&self) -> Option<&Footer> {
+        self.reader.footer()
+    }
+
+    /// Where and why the file stopped being readable, if it did (the events before are good).
+    pub fn damage(&self) -> Option<&Damage> {
+        self.reader.damage()
+    }
+
+    /// realtime − monotonic at the start of the recording (before its first clock sample), ns.
+    pub fn start_shift(&self) -> i64 {
+        let h = self.header();
+        h.start_realtime_ns
+            .wrapping_sub(h.start_monotonic_ns as i64)
+    }
+
+    /// realtime − monotonic from the latest clock sample read so far, else `previous`, ns.
+    pub fn latest_shift(&self, previous: i64) -> i64 {
+        self.clock_samples().last().map_or(previous, |s| {
+            s.realtime_ns.wrapping_sub(s.monotonic_ns as i64)
+        })
+    }
+
+    /// The node's name for messages: the header's node name, else the file's path.
+    pub fn node_name(&self) -> String {
+        let node = &self.header().node;
+        if node.is_empty() {
+            self.path.display().to_string()
+        } else {
+            node.clone()
+        }
+    }
+}

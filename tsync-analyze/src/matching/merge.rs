@@ -1,0 +1,373 @@
+//! The merge of several trace files: their events taken in (approximately) common time order
+//! and fed to the [`Matcher`], plus the warnings only the whole set can give (the same
+//! recording twice, recordings that never overlap, damaged files, lost events).
+//!
+//! Each node's monotonic clock starts at its own boot, so raw times of different nodes can be
+//! hours apart. For the merge (and the matching window) every trace is shifted onto an
+//! approximate common axis, CLOCK_REALTIME, using the latest clock sample read so far (realtime −
+//! monotonic, both read back to back by the agent), or the header's start times before the first
+//! sample. That alignment is only as good as the nodes' NTP (milliseconds); the window absorbs it,
+//! and a coarse alignment from the packets themselves ([`super::alignment`]) corrects clocks that
+//! are further off. The estimate itself never uses it.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use tsync_common::PacketEvent;
+
+use crate::input::error::InputError;
+use crate::input::tracefile::{TraceFile, TraceHeader, usable};
+use crate::input::{InputSet, Source, SourceKind, text};
+use crate::matching::alignment::SampleInput;
+use crate::matching::exchange::ReplyPairing;
+use crate::matching::{MatchOptions, MatchStats, Matcher, offload_warning};
+use crate::model::{MatchedMessage, MessageSink, Origin};
+
+/// Reading the messages of an input set is the matching stage's work: the inputs only know their
+/// files.
+impl InputSet {
+    /// Streams every matched message (and, if `options.exchanges`, every exchange) to `sink`:
+    /// text files first, line by line, then the trace files matched together in time order.
+    /// `progress(bytes)` is called as input is consumed.
+    pub fn for_each_message(
+        &self,
+        options: &MatchOptions,
+        sink: &mut dyn MessageSink,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<MatchStats, InputError> {
+        self.for_each_message_in(options, sink, progress)
+    }
+
+    /// [`for_each_message`](Self::for_each_message) for a sink of a known type: the per-message
+    /// calls are static and inline into the matching and parsing loops (the hot path of `sync`).
+    pub fn for_each_message_in<S: MessageSink + ?Sized>(
+        &self,
+        options: &MatchOptions,
+        sink: &mut S,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<MatchStats, InputError> {
+        let mut stats = MatchStats::default();
+        let mut pairing = options.exchanges.then(ReplyPairing::new);
+        for src in &self.sources {
+            if let SourceKind::Text { .. } = src.kind {
+                let t = text::for_each_message_in(
+                    &src.path,
+                    src.first_trace,
+                    &mut |m, line| {
+                        sink.message(&MatchedMessage {
+                            message: m,
+                            origin: Origin::TextLine(line),
+                            send_event: None,
+                            recv_event: None,
+                        });
+                        if let Some(p) = pairing.as_mut()
+                            && let Some(x) = p.push(m)
+                        {
+                            sink.exchange(&x);
+                        }
+                    },
+                    progress,
+                )?;
+                stats.events += 2 * (t.messages + t.same_trace);
+                stats.matched += t.messages;
+                stats.same_trace += t.same_trace;
+            }
+        }
+        let trace_sources: Vec<&Source> = self
+            .sources
+            .iter()
+            .filter(|s| s.kind == SourceKind::Trace)
+            .collect();
+        if !trace_sources.is_empty() {
+            let s = match_files(&trace_sources, options, sink, progress)?;
+            stats.add(&s);
+        }
+        Ok(stats)
+    }
+}
+
+/// One file being streamed.
+struct Stream {
+    trace: u32,
+    /// The events are used in place (`file.events()[pos..]`).
+    file: TraceFile,
+    pos: usize,
+    /// Events consumed (index of the next one in file order).
+    index: u64,
+    /// realtime − monotonic, ns.
+    shift: i64,
+    /// Added to `shift` on the merge axis: the coarse alignment of this node's realtime clock.
+    coarse: i64,
+    last_ts: i64,
+    out_of_order: u64,
+    invalid: u64,
+    /// First and last event on the merge axis (None for a trace without events).
+    span: Option<(i64, i64)>,
+}
+
+impl Stream {
+    /// Loads the next chunk; false at the end.
+    fn refill(&mut self) -> Result<bool, InputError> {
+        let more = self.file.next_chunk()?.is_some();
+        self.pos = 0;
+        self.shift = self.file.latest_shift(self.shift);
+        Ok(more)
+    }
+
+    #[inline]
+    fn aligned(&self, e: &PacketEvent) -> i64 {
+        (e.ts_ns as i64).saturating_add(self.shift + self.coarse)
+    }
+}
+
+/// True when every trace comes from one boot of one host (namespaces of one machine): their
+/// realtime clocks are one clock, so there is nothing to align.
+fn same_host(streams: &[Stream]) -> bool {
+    let id = |st: &Stream| st.file.header().boot_id.clone();
+    streams.first().is_some_and(|first| {
+        let b = id(first);
+        !b.is_empty() && streams.iter().all(|st| id(st) == b)
+    })
+}
+
+/// The addresses of the traced nodes' interfaces (from the headers), in the events' layout:
+/// network byte order, IPv4 in the first 4 bytes, each with its trace. Loopback and unspecified
+/// addresses are left out: every node has them.
+fn node_addresses<'a>(
+    headers: impl Iterator<Item = (u32, &'a TraceHeader)>,
+) -> HashMap<[u8; 16], u32> {
+    let mut set = HashMap::new();
+    for (trace, addr) in headers.flat_map(|(trace, h)| {
+        h.interfaces
+            .iter()
+            .flat_map(|i| &i.addresses)
+            .map(move |a| (trace, a))
+    }) {
+        let ip = addr.split('/').next().unwrap_or_default();
+        let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+            continue;
+        };
+        if ip.is_loopback() || ip.is_unspecified() {
+            continue;
+        }
+        let mut bytes = [0u8; 16];
+        match ip {
+            std::net::IpAddr::V4(v4) => bytes[..4].copy_from_slice(&v4.octets()),
+            std::net::IpAddr::V6(v6) => bytes = v6.octets(),
+        }
+        set.entry(bytes).or_insert(trace);
+    }
+    set
+}
+
+/// The same recording given twice (a copy, a link under another name): same boot, node and start
+/// instant. Every packet of it would be seen twice on one side, so none could match.
+fn duplicate_warnings(streams: &[Stream]) -> Vec<String> {
+    let id = |h: &TraceHeader| {
+        (
+            h.boot_id.clone(),
+            h.node.clone(),
+            h.start_monotonic_ns,
+            h.start_realtime_ns,
+        )
+    };
+    let mut warnings = Vec::new();
+    for (j, b) in streams.iter().enumerate() {
+        if let Some(a) = streams[..j]
+            .iter()
+            .find(|a| id(a.file.header()) == id(b.file.header()))
+        {
+            warnings.push(format!(
+                "{} and {} are the same recording (node {}, same boot and start): give each \
+                 node's trace once; its packets cannot match while it is given twice",
+                a.file.path().display(),
+                b.file.path().display(),
+                b.file.node_name()
+            ));
+        }
+    }
+    warnings
+}
+
+/// Pairs of recordings that share no instant (checked on the merge axis, the nodes' realtime
+/// clocks): no packet can have been seen by both, so they cannot be synchronized directly.
+fn overlap_warnings(streams: &[Stream]) -> Vec<String> {
+    let spans: Vec<(&Stream, (i64, i64))> = streams
+        .iter()
+        .filter_map(|st| st.span.map(|s| (st, s)))
+        .collect();
+    let Some(t0) = spans.iter().map(|(_, (first, _))| *first).min() else {
+        return Vec::new();
+    };
+    // In i128: the ends of a corrupt recording's span can be i64::MIN and i64::MAX apart.
+    let secs = |t: i64| (i128::from(t) - i128::from(t0)) as f64 / 1e9;
+    let mut warnings = Vec::new();
+    for (j, (b, (b0, b1))) in spans.iter().enumerate() {
+        for (a, (a0, a1)) in &spans[..j] {
+            if a1 < b0 || b1 < a0 {
+                warnings.push(format!(
+                    "the recordings {} ({:.3} s to {:.3} s) and {} ({:.3} s to {:.3} s) do not \
+                     overlap in time (seconds after the earliest recording's start, on the nodes' \
+                     realtime clocks): no packet can be in both",
+                    a.file.node_name(),
+                    secs(*a0),
+                    secs(*a1),
+                    b.file.node_name(),
+                    secs(*b0),
+                    secs(*b1)
+                ));
+            }
+        }
+    }
+    warnings
+}
+
+/// How many events ahead the matcher is asked to load the index cells an event will probe.
+const PREFETCH_DISTANCE: usize = 4;
+
+/// Matches the events of several trace files and streams the messages to `sink`.
+///
+/// Generic over the sink so that the per-message call inlines (`&mut dyn MessageSink` works too).
+pub fn match_files<S: MessageSink + ?Sized>(
+    sources: &[&Source],
+    options: &MatchOptions,
+    sink: &mut S,
+    progress: &mut dyn FnMut(u64),
+) -> Result<MatchStats, InputError> {
+    let mut streams = Vec::with_capacity(sources.len());
+    for s in sources {
+        let file = TraceFile::open(&s.path)?;
+        let shift = file.start_shift();
+        streams.push(Stream {
+            trace: s.first_trace,
+            file,
+            pos: 0,
+            index: 0,
+            shift,
+            coarse: 0,
+            last_ts: i64::MIN,
+            out_of_order: 0,
+            invalid: 0,
+            span: None,
+        });
+    }
+    let mut warnings = Vec::new();
+    if !same_host(&streams) {
+        let files: Vec<SampleInput<'_>> = streams
+            .iter()
+            .map(|st| SampleInput {
+                path: st.file.path(),
+                name: st.file.node_name(),
+            })
+            .collect();
+        let alignment = crate::matching::alignment::estimate(&files);
+        for (st, c) in streams.iter_mut().zip(alignment.corrections_ns) {
+            st.coarse = c;
+        }
+        warnings = alignment.warnings;
+    }
+    warnings.extend(duplicate_warnings(&streams));
+    let mut matcher = Matcher::new(options);
+    let mut heap = BinaryHeap::with_capacity(streams.len());
+    for (i, st) in streams.iter_mut().enumerate() {
+        // (An event chunk may be empty: look for the first event.)
+        while st.refill()? {
+            if let Some(first) = st.file.events().first() {
+                let first = st.aligned(first);
+                heap.push(Reverse((first, i)));
+                matcher.trace_starts(st.trace, first);
+                st.span = Some((first, first));
+                break;
+            }
+        }
+    }
+    // The merge need not be exact: a key waits a whole window, so a stream may run ahead of the
+    // others by a small fraction of it. Taking events in slices instead of one by one keeps the
+    // heap off the per-event path.
+    let slack = (options.window_ns / 16).max(0);
+    matcher.set_events_wanted(sink.wants_events());
+    matcher.set_node_addresses(node_addresses(
+        streams.iter().map(|st| (st.trace, st.file.header())),
+    ));
+    while let Some(Reverse((_, i))) = heap.pop() {
+        let limit = heap
+            .peek()
+            .map_or(i64::MAX, |r| r.0.0.saturating_add(slack));
+        let st = &mut streams[i];
+        loop {
+            let events = st.file.events();
+            if st.pos == events.len() {
+                progress(events.len() as u64 * tsync_common::EVENT_SIZE as u64);
+                // The span ends with the last event of the last chunk (per chunk, not per event:
+                // this loop is the hot path).
+                if let Some(last) = events.last().map(|e| st.aligned(e))
+                    && let Some(span) = st.span.as_mut()
+                {
+                    span.1 = span.1.max(last);
+                }
+                if !st.refill()? {
+                    if let Some((_, last)) = st.span {
+                        matcher.trace_ends(st.trace, last);
+                    }
+                    break;
+                }
+                continue;
+            }
+            let e = &events[st.pos];
+            let aligned = st.aligned(e);
+            if aligned > limit {
+                heap.push(Reverse((aligned, i)));
+                break;
+            }
+            st.pos += 1;
+            if let Some(ahead) = events.get(st.pos + PREFETCH_DISTANCE) {
+                matcher.prefetch(ahead);
+            }
+            let index = st.index;
+            st.index += 1;
+            if !usable(e) {
+                st.invalid += 1;
+                continue;
+            }
+            let t = e.ts_ns as i64;
+            if t < st.last_ts {
+                st.out_of_order += 1;
+                matcher.out_of_order();
+            }
+            st.last_ts = st.last_ts.max(t);
+            matcher.event(st.trace, e, t, aligned, index, sink);
+        }
+    }
+    let mut stats = matcher.finish(sink);
+    warnings.extend(overlap_warnings(&streams));
+    stats.warnings.extend(warnings);
+    stats.warnings.extend(offload_warning(&stats));
+    for st in &streams {
+        let name = st.file.path().display();
+        if let Some(d) = st.file.damage() {
+            stats.warnings.push(format!(
+                "{name}: damaged or cut short: {d}; the events before were used"
+            ));
+        }
+        let lost = st.file.lost().total();
+        if lost > 0 {
+            stats.warnings.push(format!(
+                "{name}: the kernel lost {lost} events while recording (ring buffer full); \
+                 their packets are unmatched"
+            ));
+        }
+        if st.out_of_order > 0 {
+            stats.warnings.push(format!(
+                "{name}: {} events were out of time order in the file (used anyway)",
+                st.out_of_order
+            ));
+        }
+        if st.invalid > 0 {
+            stats.warnings.push(format!(
+                "{name}: {} events with an impossible timestamp or direction were skipped",
+                st.invalid
+            ));
+        }
+    }
+    Ok(stats)
+}

@@ -1,0 +1,337 @@
+use super::*;
+
+fn sample() -> PacketEvent {
+    PacketEvent {
+        ts_ns: 123_456_789,
+        ifindex: 7,
+        cpu: 3,
+        direction: direction::RECV,
+        kind: tsync_common::kind::UDP4,
+        saddr: [10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        daddr: [10, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9],
+        network_protocol: tsync_common::ETH_P_IP,
+        tot_len: 1500,
+        source: 4000,
+        dest: 5000,
+        seq: 0xDEAD_BEEF,
+        ack_seq: 0x0102_0304,
+        transport_protocol: tsync_common::IPPROTO_UDP,
+        ihl: 5,
+        doff: 8,
+        tcp_flags: tcp_flag::ACK | tcp_flag::PSH,
+        udp_data: [1, 2, 3, 4, 5, 6, 7, 8],
+        udp_len: 1480,
+        reserved: [0; 2],
+    }
+}
+
+#[test]
+fn key_rebuilds_the_event() {
+    let e = sample();
+    let s = Seen {
+        time: e.ts_ns as i64,
+        index: 0,
+        trace: 0,
+        ifindex: e.ifindex,
+        cpu: e.cpu,
+        tcp_flags: e.tcp_flags,
+    };
+    assert_eq!(Key::of(&e).event(&s, e.direction), e);
+}
+
+#[test]
+fn key_ignores_psh_and_urg_but_nothing_else() {
+    let e = sample();
+    let mut f = e;
+    f.tcp_flags = tcp_flag::ACK | tcp_flag::URG;
+    f.ts_ns += 5;
+    f.direction = direction::SEND;
+    f.cpu = 0;
+    assert_eq!(Key::of(&e), Key::of(&f));
+    assert_eq!(Key::of(&e).hash(), Key::of(&f).hash());
+    let changes: [fn(&mut PacketEvent); 12] = [
+        |e| e.saddr[15] = 1,
+        |e| e.daddr[0] = 11,
+        |e| e.tot_len += 1,
+        |e| e.source += 1,
+        |e| e.dest += 1,
+        |e| e.seq += 1,
+        |e| e.ack_seq += 1,
+        |e| e.doff += 1,
+        |e| e.tcp_flags |= tcp_flag::SYN,
+        |e| e.udp_data[7] = 0,
+        |e| e.udp_len += 1,
+        |e| e.kind = tsync_common::kind::TCP4,
+    ];
+    for (i, change) in changes.iter().enumerate() {
+        let mut g = e;
+        change(&mut g);
+        assert_ne!(Key::of(&e), Key::of(&g), "change {i}");
+    }
+}
+
+#[test]
+fn copies_on_stacked_devices_are_merged_and_retransmissions_stay_ambiguous() {
+    const US: i64 = 1_000;
+    // Node 0 sends through a bridge (ifindex 5) and its port (2); node 1 receives on its NIC
+    // (3) and then on a VLAN device on top of it (7). Key `seq` per packet.
+    let ev = |seq: u32, trace: u32, send: bool, t: i64, ifindex: u32| {
+        let (tr, mut e) = event(3 * u64::from(seq), trace, send, t as u64, 0);
+        e.ifindex = ifindex;
+        (tr, e, t)
+    };
+    let inputs = vec![
+        // Packet 1: two copies on each side, all within microseconds: one message.
+        ev(1, 0, true, 1_000 * US, 5),
+        ev(1, 0, true, 1_000 * US + 3, 2),
+        ev(1, 1, false, 1_050 * US, 3),
+        ev(1, 1, false, 1_050 * US + 4, 7),
+        // Packet 2: sent, then retransmitted through the same stack 200 µs later: ambiguous.
+        ev(2, 0, true, 2_000 * US, 5),
+        ev(2, 0, true, 2_000 * US + 3, 2),
+        ev(2, 0, true, 2_200 * US, 5),
+        ev(2, 0, true, 2_200 * US + 3, 2),
+        ev(2, 1, false, 2_250 * US, 3),
+        // Packet 3: another interface, but 5 ms later: a second transmission, ambiguous.
+        ev(3, 0, true, 3_000 * US, 5),
+        ev(3, 0, true, 8_000 * US, 2),
+        ev(3, 1, false, 8_050 * US, 3),
+        // Packet 4: the same digest sent by two nodes is no stacked copy: ambiguous.
+        ev(4, 0, true, 9_000 * US, 5),
+        ev(4, 2, true, 9_000 * US + 1, 6),
+        ev(4, 1, false, 9_050 * US, 3),
+    ];
+    let window = 1_000_000_000;
+    let (msgs, st) = optimized(&inputs, window);
+    assert_eq!(reference(&inputs, window), (msgs.clone(), st.clone()));
+    assert_eq!(st.matched, 1);
+    assert_eq!(st.ambiguous, 3);
+    // Packet 1's second copies; packet 2's lower copies (of both transmissions: within 1 ms
+    // of the first copy, on another interface; the repeated bridge copy makes it ambiguous).
+    assert_eq!(st.stacked_copies, 4);
+    // The earliest send and the earliest receive are kept.
+    let (m, _, s, r) = &msgs[0];
+    assert_eq!((m.send_ns, m.recv_ns), (1_000 * US, 1_050 * US));
+    assert_eq!((s.ifindex, r.ifindex), (5, 3));
+}
+
+/// What a sink saw, in order.
+#[derive(Default)]
+struct Recorder {
+    seen: Vec<(Message, Origin, PacketEvent, PacketEvent)>,
+}
+
+impl MessageSink for Recorder {
+    fn message(&mut self, m: &MatchedMessage<'_>) {
+        let (s, r) = (
+            m.send_event.expect("events wanted"),
+            m.recv_event.expect("wanted"),
+        );
+        self.seen.push((m.message, m.origin, *s, *r));
+    }
+}
+
+/// One input event: trace, record, aligned time.
+type Input = (u32, PacketEvent, i64);
+
+type Outcome = (Vec<(Message, Origin, PacketEvent, PacketEvent)>, MatchStats);
+
+/// The matching rules written as plainly as possible: live keys in a list searched linearly,
+/// the key being the record without time, interface, CPU, direction, PSH/URG and reserved
+/// bytes. The optimized matcher must do exactly the same.
+fn reference(inputs: &[Input], window: i64) -> Outcome {
+    struct Live {
+        key: PacketEvent,
+        first_seen: i64,
+        sends: Vec<(u32, PacketEvent, u64)>,
+        recvs: Vec<(u32, PacketEvent, u64)>,
+    }
+    fn key_of(e: &PacketEvent) -> PacketEvent {
+        PacketEvent {
+            ts_ns: 0,
+            ifindex: 0,
+            cpu: 0,
+            direction: 0,
+            tcp_flags: e.tcp_flags & KEY_FLAGS,
+            reserved: [0; 2],
+            ..*e
+        }
+    }
+    let mut out = Vec::new();
+    let mut stats = MatchStats::default();
+    let decide = |l: Live, out: &mut Vec<_>, stats: &mut MatchStats| {
+        if l.sends.len() > 1 || l.recvs.len() > 1 {
+            stats.ambiguous += 1;
+            stats.unmatched += (l.sends.len() + l.recvs.len()) as u64;
+        } else if l.sends.is_empty() || l.recvs.is_empty() {
+            stats.unmatched += 1;
+        } else if l.sends[0].0 == l.recvs[0].0 {
+            stats.same_trace += 1;
+        } else {
+            let ((st, se, si), (rt, re, ri)) = (l.sends[0], l.recvs[0]);
+            stats.matched += 1;
+            let clean = |mut e: PacketEvent| {
+                e.reserved = [0; 2];
+                e
+            };
+            out.push((
+                Message {
+                    send_trace: st,
+                    recv_trace: rt,
+                    send_ns: se.ts_ns as i64,
+                    recv_ns: re.ts_ns as i64,
+                },
+                Origin::Events {
+                    send_index: si,
+                    recv_index: ri,
+                },
+                clean(se),
+                clean(re),
+            ));
+        }
+    };
+    let mut live: Vec<Live> = Vec::new();
+    let mut counts = [0u64; 4];
+    for &(trace, e, aligned) in inputs {
+        stats.events += 1;
+        while !live.is_empty() && live[0].first_seen + window < aligned {
+            decide(live.remove(0), &mut out, &mut stats);
+        }
+        let index = counts[trace as usize];
+        counts[trace as usize] += 1;
+        let k = key_of(&e);
+        let l = match live.iter_mut().position(|l| l.key == k) {
+            Some(i) => &mut live[i],
+            None => {
+                live.push(Live {
+                    key: k,
+                    first_seen: aligned,
+                    sends: Vec::new(),
+                    recvs: Vec::new(),
+                });
+                live.last_mut().expect("just pushed")
+            }
+        };
+        let side = if e.direction == direction::SEND {
+            &mut l.sends
+        } else {
+            &mut l.recvs
+        };
+        match side.first() {
+            Some(&(t0, e0, _))
+                if t0 == trace
+                    && e0.ifindex != e.ifindex
+                    && e0.ts_ns.abs_diff(e.ts_ns) <= STACKED_COPY_NS =>
+            {
+                stats.stacked_copies += 1;
+            }
+            _ => side.push((trace, e, index)),
+        }
+    }
+    for l in live {
+        decide(l, &mut out, &mut stats);
+    }
+    (out, stats)
+}
+
+fn optimized(inputs: &[Input], window: i64) -> Outcome {
+    let mut m = Matcher::new(&MatchOptions {
+        window_ns: window,
+        exchanges: false,
+    });
+    let mut sink = Recorder::default();
+    let mut counts = [0u64; 4];
+    for &(trace, e, aligned) in inputs {
+        let index = counts[trace as usize];
+        counts[trace as usize] += 1;
+        m.event(trace, &e, e.ts_ns as i64, aligned, index, &mut sink);
+    }
+    let stats = m.finish(&mut sink);
+    (sink.seen, stats)
+}
+
+/// A packet from a small pool (so that keys repeat), seen on a trace in a direction.
+fn event(packet: u64, trace: u32, send: bool, ts: u64, noise: u64) -> (u32, PacketEvent) {
+    let mut e = sample();
+    e.kind = if packet.is_multiple_of(3) {
+        tsync_common::kind::TCP4
+    } else {
+        tsync_common::kind::UDP4
+    };
+    e.seq = (packet / 3) as u32;
+    e.source = 4000 + (packet % 7) as u16;
+    // What the key ignores varies freely.
+    e.tcp_flags = tcp_flag::ACK | if noise & 1 != 0 { tcp_flag::PSH } else { 0 };
+    e.cpu = (noise >> 1) as u16 & 3;
+    e.ifindex = (noise >> 3) as u32 & 3;
+    e.reserved = [(noise >> 5) as u8 & 1, 0];
+    e.ts_ns = ts;
+    e.direction = if send {
+        direction::SEND
+    } else {
+        direction::RECV
+    };
+    (trace, e)
+}
+
+proptest::proptest! {
+    #[test]
+    fn optimized_matcher_equals_the_reference(
+        window in 1i64..60,
+        raw in proptest::collection::vec(
+            (0u64..40, 0u32..3, proptest::bool::ANY, 0i64..8, -3i64..4, 0u64..64), 0..400),
+    ) {
+        // Aligned times mostly increase (steps 0..8) with occasional steps back (reordering
+        // across files); local times are the aligned ones plus a per-trace offset. Two traces
+        // alike make loopback; a pool of 40 packets makes duplicates and retransmissions.
+        let mut t = 1000i64;
+        let inputs: Vec<Input> = raw
+            .iter()
+            .map(|&(packet, trace, send, step, back, noise)| {
+                t += if back < 0 { back } else { step };
+                let (tr, e) = event(packet, trace, send, (t + 77 * trace as i64) as u64, noise);
+                (tr, e, t)
+            })
+            .collect();
+        let (a, sa) = optimized(&inputs, window);
+        let (b, sb) = reference(&inputs, window);
+        proptest::prop_assert_eq!(sa, sb);
+        proptest::prop_assert_eq!(a, b);
+    }
+}
+
+#[test]
+fn optimized_matcher_equals_the_reference_with_many_live_keys() {
+    // Thousands of live keys: the index grows several times and wraps around.
+    let mut rng = crate::synth::Rng::new(11);
+    let mut t = 0i64;
+    let inputs: Vec<Input> = (0..12_000)
+        .map(|_| {
+            t += rng.below(3) as i64;
+            let (tr, e) = event(
+                rng.below(9_000),
+                rng.below(3) as u32,
+                rng.below(2) == 0,
+                t as u64,
+                rng.below(64),
+            );
+            (tr, e, t)
+        })
+        .collect();
+    for window in [50, 2_000, 20_000] {
+        let (a, sa) = optimized(&inputs, window);
+        let (b, sb) = reference(&inputs, window);
+        assert_eq!(sa, sb, "window {window}");
+        assert_eq!(a, b, "window {window}");
+        if window == 20_000 {
+            // Everything in one window: every outcome occurs.
+            assert!(
+                sa.matched > 100
+                    && sa.ambiguous > 100
+                    && sa.same_trace > 100
+                    && sa.stacked_copies > 100,
+                "{sa:?}"
+            );
+        }
+    }
+}

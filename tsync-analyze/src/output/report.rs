@@ -1,0 +1,275 @@
+//! What `sync` prints: a report for people and, for programs, the `sync --json` document
+//! (docs/json.md). Numbers are printed at full precision (shortest round-trip form of each f64):
+//! the reference tool printed 6 significant digits and lost about a millisecond on offsets.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::estimate::accuracy::AccuracyStats;
+use crate::estimate::corridor::Quality;
+use crate::estimate::{LimitLine, PairResult, SyncResult, TraceResult};
+use crate::matching::MatchStats;
+
+/// The `sync --json` document: every trace's map onto its reference, every pair's estimate and
+/// quality, what matching did, and the warnings. Field names are a contract (docs/json.md).
+#[derive(Serialize)]
+struct SyncDocument<'a> {
+    algorithm: &'static str,
+    traces: Vec<TraceDocument<'a>>,
+    pairs: Vec<PairDocument>,
+    matching: &'a MatchStats,
+    warnings: &'a [String],
+}
+
+/// One trace: `t_ref = drift · t + offset_ns`.
+#[derive(Serialize)]
+struct TraceDocument<'a> {
+    index: u32,
+    name: &'a str,
+    group: u32,
+    reference: u32,
+    drift: f64,
+    offset_ns: f64,
+    synchronized: bool,
+    path: &'a [u32],
+}
+
+impl<'a> From<&'a TraceResult> for TraceDocument<'a> {
+    fn from(t: &'a TraceResult) -> Self {
+        TraceDocument {
+            index: t.index,
+            name: &t.name,
+            group: t.group,
+            reference: t.reference,
+            drift: t.map.drift,
+            offset_ns: t.map.offset_ns,
+            synchronized: t.synchronized,
+            path: &t.path,
+        }
+    }
+}
+
+/// A line `t_b = a0_ns + a1 · t_a` as the document writes lines.
+#[derive(Serialize)]
+struct LineDocument {
+    a0_ns: f64,
+    a1: f64,
+}
+
+impl From<&LimitLine> for LineDocument {
+    fn from(l: &LimitLine) -> Self {
+        LineDocument {
+            a0_ns: l.line.offset_ns,
+            a1: l.line.drift,
+        }
+    }
+}
+
+/// The regression's figures of a `linreg` pair.
+#[derive(Serialize)]
+struct LinRegDocument {
+    samples: u64,
+    used: u64,
+    residual_std_ns: Option<f64>,
+    mean_error_ns: f64,
+}
+
+/// One pair (a < b): the estimate `t_b = a0_ns + a1 · t_a`, the limit lines, the guaranteed
+/// interval's width. Extra fields appear only where they apply.
+#[derive(Serialize)]
+struct PairDocument {
+    a: u32,
+    b: u32,
+    quality: Quality,
+    a0_ns: Option<f64>,
+    a1: Option<f64>,
+    minslope: Option<LineDocument>,
+    maxslope: Option<LineDocument>,
+    messages_ab: u64,
+    messages_ba: u64,
+    hull_points_ab: usize,
+    hull_points_ba: usize,
+    accuracy_ns: Option<AccuracyStats>,
+    out_of_order: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approx_error_ns: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    linreg: Option<LinRegDocument>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    span_ns: Option<[i64; 2]>,
+}
+
+impl From<&PairResult> for PairDocument {
+    fn from(p: &PairResult) -> Self {
+        PairDocument {
+            a: p.a,
+            b: p.b,
+            quality: p.quality,
+            a0_ns: p.estimate.map(|e| e.offset_ns),
+            a1: p.estimate.map(|e| e.drift),
+            minslope: p.minslope.as_ref().map(LineDocument::from),
+            maxslope: p.maxslope.as_ref().map(LineDocument::from),
+            messages_ab: p.messages_ab,
+            messages_ba: p.messages_ba,
+            hull_points_ab: p.hull_ab.len(),
+            hull_points_ba: p.hull_ba.len(),
+            accuracy_ns: p.accuracy.as_ref().map(|a| a.stats),
+            out_of_order: p.out_of_order,
+            approx_error_ns: p.approx_error_ns,
+            linreg: p.linreg.as_ref().map(|l| LinRegDocument {
+                samples: l.samples,
+                used: l.used,
+                residual_std_ns: l.residual_std_ns,
+                mean_error_ns: l.mean_error_ns,
+            }),
+            span_ns: p.span.map(|(lo, hi)| [lo, hi]),
+        }
+    }
+}
+
+/// The `sync --json` document as a JSON value (object keys in alphabetical order, as printed).
+pub fn to_json(r: &SyncResult) -> Value {
+    let document = SyncDocument {
+        algorithm: r.algorithm.as_str(),
+        traces: r.traces.iter().map(TraceDocument::from).collect(),
+        pairs: r.pairs.iter().map(PairDocument::from).collect(),
+        matching: &r.matching,
+        warnings: &r.warnings,
+    };
+    serde_json::to_value(&document).expect("the document is plain data")
+}
+
+fn us(ns: f64) -> String {
+    format!("{:.3} µs", ns / 1000.0)
+}
+
+/// The human report.
+pub fn to_text(r: &SyncResult) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let name = |i: u32| r.traces[i as usize].name.as_str();
+    let m = &r.matching;
+    // A count worth a mention only when it is not zero.
+    let extra = |n: u64, what: &str| {
+        if n > 0 {
+            format!(", {n} {what}")
+        } else {
+            String::new()
+        }
+    };
+    let _ = writeln!(
+        s,
+        "Messages: {} matched from {} events ({} unmatched, {} same-trace, {} ambiguous keys dropped{}{})",
+        m.matched,
+        m.events,
+        m.unmatched,
+        m.same_trace,
+        m.ambiguous,
+        extra(
+            m.stacked_copies,
+            "copies on stacked devices (bridge, bond, VLAN) merged"
+        ),
+        extra(m.out_of_order, "events out of order in their file"),
+    );
+    let _ = writeln!(s, "Algorithm: {}", r.algorithm.as_str());
+    let _ = writeln!(s, "\nPairs (t_b = a0 + a1·t_a, local ns):");
+    for p in &r.pairs {
+        let _ = writeln!(
+            s,
+            "  {} → {}: {}   messages {} a→b, {} b→a; hull points {} + {}",
+            name(p.a),
+            name(p.b),
+            p.quality.as_str(),
+            p.messages_ab,
+            p.messages_ba,
+            p.hull_ab.len(),
+            p.hull_ba.len()
+        );
+        if let Some(e) = p.estimate {
+            let _ = writeln!(
+                s,
+                "      estimate  a0 = {} ns, a1 = {}",
+                e.offset_ns, e.drift
+            );
+        }
+        if let Some(l) = &p.minslope {
+            let _ = writeln!(
+                s,
+                "      min slope a0 = {} ns, a1 = {}",
+                l.line.offset_ns, l.line.drift
+            );
+        }
+        if let Some(l) = &p.maxslope {
+            let _ = writeln!(
+                s,
+                "      max slope a0 = {} ns, a1 = {}",
+                l.line.offset_ns, l.line.drift
+            );
+        }
+        match (&p.accuracy, p.quality) {
+            (Some(a), _) => {
+                let _ = writeln!(
+                    s,
+                    "      accuracy (guaranteed interval width): best {}, worst {}, mean {}",
+                    us(a.stats.best),
+                    us(a.stats.worst),
+                    us(a.stats.mean)
+                );
+            }
+            (None, Quality::Approximate) => {
+                let _ = writeln!(s, "      accuracy: NO GUARANTEE (best-effort estimate)");
+            }
+            _ => {}
+        }
+        if let Some(l) = &p.linreg {
+            let _ = writeln!(
+                s,
+                "      regression: {} of {} exchanges used, residual std {}, mean error margin {}",
+                l.used,
+                l.samples,
+                l.residual_std_ns.map_or("n/a".into(), us),
+                us(l.mean_error_ns)
+            );
+        }
+        if p.out_of_order > 0 {
+            let _ = writeln!(
+                s,
+                "      {} points reached the hull out of time order (normal for matched traces; all kept)",
+                p.out_of_order
+            );
+        }
+    }
+    let _ = writeln!(s, "\nTraces (t_ref = drift·t + offset):");
+    for t in &r.traces {
+        if !t.synchronized {
+            let _ = writeln!(s, "  {} (group {}): NOT SYNCHRONIZED", t.name, t.group);
+        } else if t.reference == t.index {
+            let _ = writeln!(s, "  {} (group {}): reference", t.name, t.group);
+        } else {
+            let _ = writeln!(
+                s,
+                "  {} (group {}): reference {}, drift {} ({:+.4} ppm), offset {} ns (pair maps composed along {})",
+                t.name,
+                t.group,
+                name(t.reference),
+                t.map.drift,
+                (t.map.drift - 1.0) * 1e6,
+                t.map.offset_ns,
+                // `path` runs from the reference to the trace; print it the way the map goes.
+                t.path
+                    .iter()
+                    .rev()
+                    .map(|&i| name(i))
+                    .collect::<Vec<_>>()
+                    .join(" → ")
+            );
+        }
+    }
+    if !r.warnings.is_empty() {
+        let _ = writeln!(s);
+        for w in &r.warnings {
+            let _ = writeln!(s, "WARNING: {w}");
+        }
+    }
+    s
+}

@@ -1,0 +1,70 @@
+//! What several tasks share: the workspace's location, running commands and cargo, task
+//! defaults. (The namespace lab, agents and BPF program checks are the `tsync-lab` crate.)
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+/// The workspace's root folder (xtask lives one level below it).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is inside the workspace")
+        .to_owned()
+}
+
+/// A task's options at their defaults, as if given no flag (for tasks that run other tasks).
+pub fn defaults<T: clap::Args + clap::FromArgMatches>() -> Result<T> {
+    let matches = T::augment_args(clap::Command::new("task")).try_get_matches_from(["task"])?;
+    Ok(T::from_arg_matches(&matches)?)
+}
+
+/// Runs a command, failing with its command line if it cannot start or exits non-zero.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+/// Runs a command and returns its stdout, or `None` if it cannot start or fails.
+pub fn output(cmd: &mut Command) -> Option<String> {
+    let out = cmd.output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `cargo` (the one running xtask), in the workspace's root folder.
+pub fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
+/// The workspace's target folder (`$CARGO_TARGET_DIR` or `target/`).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// Builds `packages` in release mode; their binaries are then [`release_binary`].
+pub fn build_release(packages: &[&str]) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args(["build", "--release"]);
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    run(&mut cmd).with_context(|| format!("building {} failed", packages.join(" and ")))
+}
+
+/// Where [`build_release`] puts the binary `name`.
+pub fn release_binary(name: &str) -> PathBuf {
+    target_dir().join("release").join(name)
+}
