@@ -140,9 +140,9 @@ pub struct LostCounts {
 }
 
 impl LostCounts {
-    /// All lost events.
+    /// All lost events (saturating: the counts of a corrupt file can be anything).
     pub fn total(&self) -> u64 {
-        self.send + self.recv
+        self.send.saturating_add(self.recv)
     }
 }
 

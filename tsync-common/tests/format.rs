@@ -1,4 +1,5 @@
 //! The trace file format: round trip, and what a reader does with damaged files.
+#![cfg(feature = "user")]
 
 use std::io::Cursor;
 

@@ -25,3 +25,24 @@ fn header_claiming_a_huge_string_is_an_error() {
         Ok(r) => panic!("expected an unreadable header, got {:?}", r.header()),
     }
 }
+
+/// Not found by the fuzzer in its runs (a lost-count chunk whose two counts overflow needs a
+/// nine-byte varint in place of a one-byte one, with nothing after it), but seen in
+/// `trace_reader`'s harness and confirmed with that target on this file, given as a chunk list:
+/// a lost-events chunk claiming `u64::MAX` send and 1 receive events. `LostCounts::total` added
+/// them: "attempt to add with overflow" (the analyzer's `sync` and `info` call it on every
+/// trace file). It now saturates.
+#[test]
+fn lost_counts_that_overflow_saturate() {
+    const INPUT: &[u8] =
+        b"TSYNCTRC\x01\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x10\x00\x00\x00\
+        \xcfD\x16\xb9\x01\x00\x00\x00\x01a\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\
+        \x00\x04\x00\x00\x00\x0b\x00\x00\x00\x13c\x83b\x01\x00\x00\x00\xfd\xff\xff\xff\xff\xff\
+        \xff\xff\xff\x01\x00\x00\x00\x00\x00\x00";
+    assert_eq!(INPUT.len(), 80);
+    let mut reader = TraceReader::new(INPUT).expect("a readable header");
+    assert!(reader.next_events().expect("no I/O error").is_none());
+    assert_eq!((reader.lost().send, reader.lost().recv), (u64::MAX, 1));
+    assert_eq!(reader.lost().total(), u64::MAX);
+    assert!(reader.damage().is_some(), "no end chunk");
+}

@@ -116,7 +116,7 @@ impl Stream {
 
     #[inline]
     fn aligned(&self, e: &PacketEvent) -> i64 {
-        (e.ts_ns as i64).saturating_add(self.shift + self.coarse)
+        (e.ts_ns as i64).saturating_add(self.shift.saturating_add(self.coarse))
     }
 }
 
