@@ -67,7 +67,10 @@ pub use estimate::{
 pub use input::info::{ClockSummary, DamageInfo, EventCounts, TraceSummary, inspect};
 pub use input::text;
 pub use input::tracefile::{TraceFile, TraceHeader};
-pub use input::{InputError, InputSet, Source, SourceKind, TraceInfo, sniff};
+pub use input::{
+    InputError, InputSet, SNIFF_LEN, Source, SourceKind, TraceInfo, read_prefix, sniff,
+    sniff_prefix,
+};
 pub use matching::{DEFAULT_WINDOW_NS, MatchOptions, MatchStats};
 pub use model::{
     Affine, EventRef, Exchange, MatchedMessage, Message, MessageRef, MessageSink, Origin,

@@ -204,6 +204,14 @@ fn inputs_may_be_pipes_or_standard_input() {
     );
     let o = run(&["sync", "-", "-"]);
     assert_eq!(o.status.code(), Some(2));
+    // An endless stream that is neither format is refused from its first bytes, not copied.
+    let o = run(&["sync", "/dev/urandom"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("/dev/urandom: neither"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

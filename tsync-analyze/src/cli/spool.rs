@@ -5,8 +5,11 @@
 //! it, never the temporary copy.
 
 use std::fs::File;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+
 use std::sync::OnceLock;
+use tsync_analyze::output::describe_io;
 
 use super::CliError;
 
@@ -74,18 +77,29 @@ fn copy_input(input: &Path, is_stdin: bool, copy: &Path, shown: &str) -> Result<
         CliError::msg(format!(
             "cannot copy {shown} to {} to read it: {}",
             copy.display(),
-            tsync_analyze::output::describe_io(&e)
+            describe_io(&e)
         ))
     })?;
-    let copied = if is_stdin {
-        std::io::copy(&mut std::io::stdin().lock(), &mut out)
+    let mut source: Box<dyn Read> = if is_stdin {
+        Box::new(std::io::stdin().lock())
     } else {
-        File::open(input).and_then(|mut f| std::io::copy(&mut f, &mut out))
+        Box::new(
+            File::open(input)
+                .map_err(|e| CliError::msg(format!("cannot read {shown}: {}", describe_io(&e))))?,
+        )
     };
+    // The kind first: a stream that is neither format (`/dev/urandom`, a wrong pipe) is refused
+    // before anything is copied, instead of filling the disk.
+    let prefix = tsync_analyze::read_prefix(&mut source)
+        .map_err(|e| CliError::msg(format!("cannot read {shown}: {}", describe_io(&e))))?;
+    tsync_analyze::sniff_prefix(&prefix, &shown)?;
+    let copied = out
+        .write_all(&prefix)
+        .and_then(|()| std::io::copy(&mut source, &mut out));
     copied.map_err(|e| {
         CliError::msg(format!(
             "cannot copy {shown} to a temporary file to read it: {} (TMPDIR chooses where)",
-            tsync_analyze::output::describe_io(&e)
+            describe_io(&e)
         ))
     })?;
     Ok(())

@@ -59,30 +59,44 @@ pub struct InputSet {
     pub traces: Vec<TraceInfo>,
 }
 
-/// Sniffs a file: trace file (magic), text, or neither.
-pub fn sniff(path: &Path) -> Result<SourceKind, InputError> {
-    let mut f = std::fs::File::open(path).map_err(|e| InputError::io(path, e))?;
-    let mut prefix = [0u8; 512];
+/// How many bytes at the start of a file tell its kind.
+pub const SNIFF_LEN: usize = 512;
+
+/// Reads up to [`SNIFF_LEN`] bytes of `input` (fewer only at its end).
+pub fn read_prefix(input: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    let mut prefix = vec![0u8; SNIFF_LEN];
     let mut n = 0;
     while n < prefix.len() {
-        match f.read(&mut prefix[n..]) {
+        match input.read(&mut prefix[n..]) {
             Ok(0) => break,
             Ok(k) => n += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(InputError::io(path, e)),
+            Err(e) => return Err(e),
         }
     }
-    let prefix = &prefix[..n];
+    prefix.truncate(n);
+    Ok(prefix)
+}
+
+/// The kind of a file from its first bytes ([`read_prefix`]): trace file (magic), text, or
+/// neither (the error names `name`).
+pub fn sniff_prefix(prefix: &[u8], name: &dyn std::fmt::Display) -> Result<SourceKind, InputError> {
     if crate::input::tracefile::is_trace_file(prefix) {
         Ok(SourceKind::Trace)
     } else if text::looks_like_text(prefix) {
         Ok(SourceKind::Text { traces: 0 })
     } else {
         Err(InputError::Invalid(format!(
-            "{}: neither a tsync trace file (no TSYNCTRC magic) nor a text message file",
-            path.display()
+            "{name}: neither a tsync trace file (no TSYNCTRC magic) nor a text message file"
         )))
     }
+}
+
+/// Sniffs a file: trace file (magic), text, or neither.
+pub fn sniff(path: &Path) -> Result<SourceKind, InputError> {
+    let mut f = std::fs::File::open(path).map_err(|e| InputError::io(path, e))?;
+    let prefix = read_prefix(&mut f).map_err(|e| InputError::io(path, e))?;
+    sniff_prefix(&prefix, &path.display())
 }
 
 impl InputSet {

@@ -264,7 +264,11 @@ pub fn write_pair_plots(
 ) -> Result<Vec<PathBuf>, PlotError> {
     std::fs::create_dir_all(dir).map_err(|source| PlotError::Dir {
         path: dir.to_path_buf(),
-        message: crate::output::describe_io(&source),
+        message: if dir.exists() && !dir.is_dir() {
+            "it exists and is not a directory; --plot names a directory".into()
+        } else {
+            crate::output::describe_io(&source)
+        },
     })?;
     let stem = format!("{}-{}", file_part(sync.a_name), file_part(sync.b_name));
     let mut written = Vec::new();
