@@ -12,8 +12,6 @@ pub mod linreg;
 pub mod reduction;
 mod warnings;
 
-use rustc_hash::FxHashMap;
-
 use crate::estimate::accuracy::AccuracyCurve;
 use crate::estimate::corridor::{ExactLine, Quality};
 use crate::estimate::hull::{HalfHull, Point, Side};
@@ -22,7 +20,7 @@ use crate::estimate::reduction::{Edge, Weight};
 use crate::input::InputSet;
 use crate::input::error::InputError;
 use crate::matching::{MatchOptions, MatchStats};
-use crate::model::Affine;
+use crate::model::{Affine, PairTable};
 use crate::model::{Exchange, MatchedMessage, Message, MessageSink};
 
 /// Which estimator to use.
@@ -202,59 +200,27 @@ impl PairState {
     }
 }
 
-/// Traces below this index find their pair's slot in a flat table (256 KiB); pairs with a larger
-/// index in a hash map. The flat table keeps the per-message lookup a single load on usual
-/// inputs; the map keeps memory growing with the pairs that exchange messages, never with the
-/// square of a (declared) trace count.
-const DENSE_TRACES: usize = 256;
-
 /// The message sink that builds the hulls: the per-message hot path.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct PairAccumulator {
-    /// slot + 1 of pair (a, b) at a·[`DENSE_TRACES`] + b, for a, b below it; 0 = none yet.
-    dense: Box<[u32; DENSE_TRACES * DENSE_TRACES]>,
-    /// Slot of the other pairs, keyed `a << 32 | b`.
-    sparse: FxHashMap<u64, u32>,
+    /// Slot of pair (a, b) in `pairs`.
+    index: PairTable<u32>,
     pairs: Vec<PairState>,
 }
 
-impl Default for PairAccumulator {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl PairAccumulator {
+    /// An empty accumulator.
     pub fn new() -> Self {
-        PairAccumulator {
-            dense: vec![0; DENSE_TRACES * DENSE_TRACES]
-                .into_boxed_slice()
-                .try_into()
-                .expect("the table's size"),
-            sparse: FxHashMap::default(),
-            pairs: Vec::new(),
-        }
+        Self::default()
     }
 
     #[inline]
     fn slot(&mut self, a: u32, b: u32) -> &mut PairState {
-        let s = if (a | b) < DENSE_TRACES as u32 {
-            let i = a as usize * DENSE_TRACES + b as usize;
-            if self.dense[i] == 0 {
-                self.pairs.push(PairState::new(a, b));
-                self.dense[i] = self.pairs.len() as u32;
-            }
-            self.dense[i] - 1
-        } else {
-            let pairs = &mut self.pairs;
-            *self
-                .sparse
-                .entry(u64::from(a) << 32 | u64::from(b))
-                .or_insert_with(|| {
-                    pairs.push(PairState::new(a, b));
-                    (pairs.len() - 1) as u32
-                })
-        };
+        let pairs = &mut self.pairs;
+        let s = *self.index.get_or_insert_with(a, b, || {
+            pairs.push(PairState::new(a, b));
+            (pairs.len() - 1) as u32
+        });
         &mut self.pairs[s as usize]
     }
 

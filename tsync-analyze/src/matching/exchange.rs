@@ -3,16 +3,13 @@
 //! exchange found is causal whatever the clock offsets. When several i→j messages precede the
 //! reply, the last one is used, which keeps the round trip short (as the LTTV code does for ACKs).
 
-use rustc_hash::FxHashMap;
-
-use crate::model::{Exchange, Message};
+use crate::model::{Exchange, Message, PairTable};
 
 /// Finds exchanges in a stream of messages among `traces` traces.
 #[derive(Clone, Debug, Default)]
 pub struct ReplyPairing {
-    /// Latest unanswered message per ordered pair (sender, receiver): memory grows with the pairs
-    /// that exchange messages.
-    latest: FxHashMap<(u32, u32), Message>,
+    /// Latest unanswered message per ordered pair (sender, receiver).
+    latest: PairTable<Message>,
 }
 
 impl ReplyPairing {
@@ -23,9 +20,9 @@ impl ReplyPairing {
     /// Feeds a message; returns the exchange it completes, if any.
     pub fn push(&mut self, m: Message) -> Option<Exchange> {
         let (s, r) = (m.send_trace, m.recv_trace);
-        let found = match self.latest.get(&(r, s)) {
+        let found = match self.latest.get(r, s) {
             Some(&req) if req.recv_ns <= m.send_ns => {
-                self.latest.remove(&(r, s));
+                self.latest.remove(r, s);
                 Some(Exchange {
                     request: req,
                     reply: m,
@@ -33,7 +30,7 @@ impl ReplyPairing {
             }
             _ => None,
         };
-        let slot = self.latest.entry((s, r)).or_insert(m);
+        let slot = self.latest.get_or_insert_with(s, r, || m);
         if slot.send_ns <= m.send_ns {
             *slot = m;
         }

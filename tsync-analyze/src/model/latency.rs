@@ -1,7 +1,7 @@
 //! Lower bounds of message latency per ordered trace pair (`l_min`): what the controlled logical
 //! clock enforces and what the evaluation counts messages against.
 
-use rustc_hash::FxHashMap;
+use crate::model::PairTable;
 
 /// Minimum message latency `l_min` in nanoseconds per ordered trace pair (from, to).
 ///
@@ -14,9 +14,8 @@ pub struct PairLatency {
     default_ns: i64,
     /// Whether `default_ns` was given by the user for every pair (then every pair is known).
     uniform: bool,
-    /// The pairs set one by one, keyed (from, to): memory grows with the pairs that exchanged
-    /// messages, not with the square of the trace count.
-    set: FxHashMap<(u32, u32), i64>,
+    /// The pairs set one by one, keyed (from, to).
+    set: PairTable<i64>,
 }
 
 impl PairLatency {
@@ -26,7 +25,7 @@ impl PairLatency {
             traces,
             default_ns,
             uniform: false,
-            set: FxHashMap::default(),
+            set: PairTable::default(),
         }
     }
 
@@ -44,7 +43,7 @@ impl PairLatency {
     /// If a trace number is out of range (a programming error, not bad input).
     pub fn set(&mut self, from: usize, to: usize, ns: i64) {
         let key = self.key(from, to);
-        self.set.insert(key, ns);
+        self.set.insert(key.0, key.1, ns);
     }
 
     /// `l_min` of messages from `from` to `to` (the default where never set).
@@ -55,7 +54,7 @@ impl PairLatency {
     /// `l_min` of messages from `from` to `to` if it was set (measured or given by the user).
     pub fn known(&self, from: usize, to: usize) -> Option<i64> {
         let key = self.key(from, to);
-        match self.set.get(&key) {
+        match self.set.get(key.0, key.1) {
             Some(&ns) => Some(ns),
             None => self.uniform.then_some(self.default_ns),
         }

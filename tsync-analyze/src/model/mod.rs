@@ -4,7 +4,9 @@
 mod latency;
 mod map;
 mod message;
+mod pairs;
 
 pub use latency::PairLatency;
 pub use map::Affine;
 pub use message::{EventRef, Exchange, MatchedMessage, Message, MessageRef, MessageSink, Origin};
+pub(crate) use pairs::PairTable;

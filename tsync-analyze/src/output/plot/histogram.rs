@@ -121,14 +121,5 @@ pub(super) fn draw_histograms<DB: DrawingBackend>(
                 });
         }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(160, 160, 160))
-        .label_font(("sans-serif", 15))
-        .draw()
-        .map_err(err)?;
-    root.present().map_err(err)?;
-    Ok(())
+    legend_and_present(&mut chart, &root)
 }

@@ -298,6 +298,23 @@ fn file_part(name: &str) -> String {
         .collect()
 }
 
+/// Draws the series legend (upper right, on a light box) and writes the figure out: the common
+/// end of both figures.
+fn legend_and_present<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    root: &DrawingArea<DB, Shift>,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(160, 160, 160))
+        .label_font(("sans-serif", 15))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}
+
 /// The palette: one color per series, the same in both figures.
 pub(super) const AB_COLOR: RGBColor = RGBColor(31, 119, 180);
 pub(super) const BA_COLOR: RGBColor = RGBColor(214, 95, 14);

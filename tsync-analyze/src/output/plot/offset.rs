@@ -371,14 +371,5 @@ pub(super) fn draw_sync<DB: DrawingBackend>(
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
     }
 
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(160, 160, 160))
-        .label_font(("sans-serif", 15))
-        .draw()
-        .map_err(err)?;
-    root.present().map_err(err)?;
-    Ok(())
+    legend_and_present(&mut chart, &root)
 }
