@@ -97,7 +97,7 @@ pub const CHUNK_SEPARATOR: &[u8] = b"\xc4\xc4\xc4\xc4";
 /// "CHUNKS" then, per chunk: separator 0xC4C4C4C4 | kind (1 byte) | payload
 /// ```
 ///
-/// The file gets a version 1 preamble, and every chunk its length, checksum, record count (the
+/// The file gets the current version's preamble, and every chunk its length, checksum, record count (the
 /// whole records in the payload for events and clock samples, 1 otherwise) and padding. A mutation
 /// that inserts or removes bytes in a payload (a longer string or number in the bincode of the
 /// header, the lost counts or the footer; one event more) still gives a chunk that passes the
@@ -106,7 +106,7 @@ pub fn build_trace(data: &[u8]) -> Option<Vec<u8>> {
     let rest = data.strip_prefix(CHUNK_LIST)?;
     let mut out = Vec::with_capacity(16 + rest.len() + 24 * 8);
     out.extend_from_slice(&tsync_common::format::MAGIC);
-    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&tsync_common::format::VERSION.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     for piece in split(rest, CHUNK_SEPARATOR) {
         let Some((&kind, payload)) = piece.split_first() else {
@@ -114,7 +114,9 @@ pub fn build_trace(data: &[u8]) -> Option<Vec<u8>> {
         };
         let record = match kind {
             2 => std::mem::size_of::<tsync_common::PacketEvent>(),
-            3 => std::mem::size_of::<tsync_common::format::ClockSample>(),
+            // Version 1 samples (refused in a current file, which the reader must say).
+            3 => 32,
+            6 => std::mem::size_of::<tsync_common::format::ClockSample>(),
             _ => 0,
         };
         let count = payload.len().checked_div(record).unwrap_or(1);

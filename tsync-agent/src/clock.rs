@@ -47,6 +47,7 @@ pub fn sample(skew: Option<&ClockSkew>) -> ClockSample {
         monotonic_raw_ns: raw,
         realtime_ns: real,
         tsc,
+        monotonic_after_ns: skew.map_or(mono, |s| s.apply(mono)),
     }
 }
 

@@ -302,6 +302,7 @@ impl Workload {
                         monotonic_raw_ns: mono,
                         realtime_ns: REALTIME_BASE_NS + t as i64,
                         tsc: 0,
+                        monotonic_after_ns: mono,
                     };
                     // Flushed at once, as the agent does: a reader then aligns each part of
                     // the file with the sample taken during it.

@@ -44,6 +44,7 @@ fn write(path: &std::path::Path, finish: bool) {
         monotonic_raw_ns: 5_000_000_000,
         realtime_ns: 1_700_000_000_000_000_000,
         tsc: 10_000_000_000,
+        monotonic_after_ns: 1_000_000_000,
     })
     .unwrap();
     w.write_clock_sample(ClockSample {
@@ -51,6 +52,7 @@ fn write(path: &std::path::Path, finish: bool) {
         monotonic_raw_ns: 6_000_000_000,
         realtime_ns: 1_700_000_001_000_100_000,
         tsc: 12_000_000_000,
+        monotonic_after_ns: 2_000_100_000,
     })
     .unwrap();
     w.write_lost(&LostCounts {

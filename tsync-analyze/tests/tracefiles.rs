@@ -170,6 +170,7 @@ fn write_node(path: &Path, node: &str, address: Option<&str>, events: &[PacketEv
         monotonic_raw_ns: 1_000_000_000,
         realtime_ns: 1_000_000_000_000,
         tsc: 0,
+        monotonic_after_ns: 1_000_000_000,
     })
     .unwrap();
     w.write_events(events).unwrap();

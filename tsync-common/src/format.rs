@@ -10,8 +10,14 @@
 //!
 //! The first chunk is the [`Header`] (bincode 2 over serde). Then, in any order: event chunks (raw
 //! [`PacketEvent`] arrays, readable without per-record decoding), clock-sample chunks (raw
-//! [`ClockSample`] arrays), lost-event counters ([`LostCounts`], bincode) and, last, one end chunk
-//! ([`Footer`], bincode).
+//! [`ClockSample`] arrays), kernel clock-discipline states ([`KernelClock`], bincode), lost-event
+//! counters ([`LostCounts`], bincode) and, last, one end chunk ([`Footer`], bincode).
+//!
+//! Versions: 2 brackets each raw clock reading between two monotonic readings (a 40-byte
+//! [`ClockSample`], chunk kind 6) and records the kernel's NTP state (chunk kind 7). Version 1
+//! files (32-byte samples without the second monotonic reading, chunk kind 3, every 0.5 s) are
+//! still read: their samples come back with `monotonic_after_ns == monotonic_ns`, and
+//! [`TraceReader::samples_bracketed`] says that their pairing has no known bound.
 //!
 //! Why chunks with a checksum: a recording that is cut short (kill -9, power loss, full disk) loses
 //! at most the chunk being written. The reader returns everything up to the last complete chunk and
@@ -29,7 +35,7 @@ use crate::PacketEvent;
 /// First 8 bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"TSYNCTRC";
 /// Format version this build writes and the newest it reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Events per event chunk: 4096 × 80 bytes = 320 KiB, so a cut file loses at most that much.
 pub const EVENTS_PER_CHUNK: usize = 4096;
 /// Largest payload a reader accepts; a larger length field means the chunk header is corrupt.
@@ -45,9 +51,14 @@ const LITTLE_ENDIAN: u32 = 0;
 mod chunk_kind {
     pub const HEADER: u32 = 1;
     pub const EVENTS: u32 = 2;
-    pub const CLOCK_SAMPLES: u32 = 3;
+    /// Version 1 clock samples (32 bytes each); only in version 1 files.
+    pub const CLOCK_SAMPLES_V1: u32 = 3;
     pub const LOST: u32 = 4;
     pub const END: u32 = 5;
+    /// Version 2 clock samples (40 bytes each).
+    pub const CLOCK_SAMPLES: u32 = 6;
+    /// Kernel clock-discipline states (bincode), version 2 on.
+    pub const KERNEL_CLOCK: u32 = 7;
 }
 
 /// Self-description of a trace: which node, which kernel, which clock, which options.
@@ -114,17 +125,62 @@ impl ClockSkew {
 }
 
 /// The node's clocks read back to back, so that event times (CLOCK_MONOTONIC, what
-/// `bpf_ktime_get_ns` reads) can later be mapped to the raw, un-slewed timeline, the TSC and
-/// wall-clock time.
+/// `bpf_ktime_get_ns` reads, slewed by NTP) can later be mapped to the raw, un-slewed timeline
+/// (CLOCK_MONOTONIC_RAW), the TSC and wall-clock time.
+///
+/// The raw reading lies between the two monotonic readings: the true CLOCK_MONOTONIC at the
+/// instant CLOCK_MONOTONIC_RAW read `monotonic_raw_ns` is within
+/// `[monotonic_ns, monotonic_after_ns]`. The agent keeps the tightest of a few tries.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ClockSample {
-    /// CLOCK_MONOTONIC, after `--clock-skew` like the events.
+    /// CLOCK_MONOTONIC read just before the raw clock, after `--clock-skew` like the events.
     pub monotonic_ns: u64,
+    /// CLOCK_MONOTONIC_RAW: the clocksource without NTP's frequency and phase corrections.
     pub monotonic_raw_ns: u64,
     pub realtime_ns: i64,
     /// `rdtsc` (0 where the CPU has none).
     pub tsc: u64,
+    /// CLOCK_MONOTONIC read just after the raw clock, skewed like `monotonic_ns` (equal to it in
+    /// version 1 files, whose pairing has no known bound).
+    pub monotonic_after_ns: u64,
+}
+
+impl ClockSample {
+    /// Width of the monotonic bracket around the raw reading (ns).
+    pub fn bracket_ns(&self) -> u64 {
+        self.monotonic_after_ns.saturating_sub(self.monotonic_ns)
+    }
+}
+
+/// A version 1 clock sample as stored (no second monotonic reading).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+struct ClockSampleV1 {
+    monotonic_ns: u64,
+    monotonic_raw_ns: u64,
+    realtime_ns: i64,
+    tsc: u64,
+}
+
+/// The kernel's clock discipline (`adjtimex(2)` with modes 0), recorded when the recording starts
+/// and whenever it changes: what NTP or chrony did to CLOCK_MONOTONIC's rate.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct KernelClock {
+    /// CLOCK_MONOTONIC (skewed like the events) when the state was read.
+    pub monotonic_ns: u64,
+    /// Frequency offset, ppm with a 16-bit fraction (`timex.freq`).
+    pub freq: i64,
+    /// Remaining phase offset the kernel is slewing away (`timex.offset`, ns with STA_NANO, else µs).
+    pub offset: i64,
+    /// Microseconds per tick (`timex.tick`; 10000 at USER_HZ 100 is nominal).
+    pub tick: i64,
+    /// `timex.status` flags (STA_PLL, STA_NANO, STA_UNSYNC, ...).
+    pub status: i32,
+    /// Maximum error estimate (µs), as the NTP daemon set it.
+    pub maxerror: i64,
+    /// Return value of adjtimex: TIME_OK, TIME_INS, ..., TIME_ERROR.
+    pub state: i32,
 }
 
 /// Events the kernel could not put into the ring buffer, cumulative since the start.
@@ -243,6 +299,7 @@ pub struct TraceWriter<W: Write> {
     out: W,
     events: Vec<PacketEvent>,
     samples: Vec<ClockSample>,
+    kernel_clock: Vec<KernelClock>,
     events_written: u64,
 }
 
@@ -287,6 +344,7 @@ impl<W: Write> TraceWriter<W> {
             out,
             events: Vec::with_capacity(EVENTS_PER_CHUNK),
             samples: Vec::new(),
+            kernel_clock: Vec::new(),
             events_written: 0,
         };
         writer.write_chunk(chunk_kind::HEADER, &encode(header)?, 1)?;
@@ -323,6 +381,12 @@ impl<W: Write> TraceWriter<W> {
         Ok(())
     }
 
+    /// Buffers one kernel clock-discipline state; it goes out at the next [`flush`](Self::flush).
+    pub fn write_kernel_clock(&mut self, state: KernelClock) -> Result<(), FormatError> {
+        self.kernel_clock.push(state);
+        Ok(())
+    }
+
     /// Writes the cumulative lost-event counters as a chunk of their own.
     pub fn write_lost(&mut self, lost: &LostCounts) -> Result<(), FormatError> {
         self.write_chunk(chunk_kind::LOST, &encode(lost)?, 1)
@@ -339,6 +403,10 @@ impl<W: Write> TraceWriter<W> {
                 bytemuck::cast_slice(&samples),
                 samples.len() as u32,
             )?;
+        }
+        if !self.kernel_clock.is_empty() {
+            let states = std::mem::take(&mut self.kernel_clock);
+            self.write_chunk(chunk_kind::KERNEL_CLOCK, &encode(&states)?, states.len() as u32)?;
         }
         self.out
             .flush()
@@ -407,7 +475,10 @@ pub struct TraceReader<R: Read> {
     /// Whether the chunk just read went to `events` rather than `payload`.
     events_direct: bool,
     payload: Vec<u8>,
+    /// Format version of the file.
+    version: u32,
     samples: Vec<ClockSample>,
+    kernel_clock: Vec<KernelClock>,
     lost: LostCounts,
     footer: Option<Footer>,
     damage: Option<Damage>,
@@ -470,7 +541,9 @@ impl<R: Read> TraceReader<R> {
             events: Vec::new(),
             events_direct: false,
             payload: Vec::new(),
+            version,
             samples: Vec::new(),
+            kernel_clock: Vec::new(),
             lost: LostCounts::default(),
             footer: None,
             damage: None,
@@ -543,6 +616,22 @@ impl<R: Read> TraceReader<R> {
         &self.samples
     }
 
+    /// Format version of the file (1 or 2).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// Whether each clock sample brackets its raw reading between two monotonic readings
+    /// (version 2 on); version 1 samples were read back to back without a known bound.
+    pub fn samples_bracketed(&self) -> bool {
+        self.version >= 2
+    }
+
+    /// Kernel clock-discipline states read so far (version 2 on).
+    pub fn kernel_clock(&self) -> &[KernelClock] {
+        &self.kernel_clock
+    }
+
     /// The latest cumulative lost-event counters read so far.
     pub fn lost(&self) -> &LostCounts {
         &self.lost
@@ -585,8 +674,34 @@ impl<R: Read> TraceReader<R> {
                     return Some(record_count_mismatch("event", bytes, count));
                 }
             }
-            chunk_kind::CLOCK_SAMPLES => {
+            chunk_kind::CLOCK_SAMPLES if self.version >= 2 => {
                 return append_records(&self.payload, count, &mut self.samples, "clock-sample");
+            }
+            chunk_kind::CLOCK_SAMPLES_V1 if self.version == 1 => {
+                let mut old = Vec::<ClockSampleV1>::new();
+                let problem = append_records(&self.payload, count, &mut old, "clock-sample");
+                self.samples.extend(old.iter().map(|s| ClockSample {
+                    monotonic_ns: s.monotonic_ns,
+                    monotonic_raw_ns: s.monotonic_raw_ns,
+                    realtime_ns: s.realtime_ns,
+                    tsc: s.tsc,
+                    monotonic_after_ns: s.monotonic_ns,
+                }));
+                return problem;
+            }
+            chunk_kind::KERNEL_CLOCK if self.version >= 2 => {
+                match decode::<Vec<KernelClock>>(&self.payload) {
+                    Ok(states) if states.len() == count as usize => {
+                        self.kernel_clock.extend(states)
+                    }
+                    Ok(states) => {
+                        return Some(format!(
+                            "kernel-clock chunk holds {} states, its header says {count}",
+                            states.len()
+                        ));
+                    }
+                    Err(e) => return Some(format!("kernel-clock chunk is unreadable: {e}")),
+                }
             }
             chunk_kind::LOST => match decode(&self.payload) {
                 Ok(lost) => self.lost = lost,

@@ -473,6 +473,7 @@ fn with_samples_and_losses(path: &Path) -> Result<Vec<u8>> {
             .start_realtime_ns
             .saturating_add(mono as i64 - header.start_monotonic_ns as i64),
         tsc: mono.wrapping_mul(3),
+        monotonic_after_ns: mono,
     };
     let mut w = TraceWriter::new(Vec::new(), &header)?;
     w.write_clock_sample(sample(header.start_monotonic_ns))?;
