@@ -5,8 +5,10 @@ mod latency;
 mod map;
 mod message;
 mod pairs;
+mod piecewise;
 
 pub use latency::PairLatency;
 pub use map::Affine;
 pub use message::{EventRef, Exchange, MatchedMessage, Message, MessageRef, MessageSink, Origin};
 pub(crate) use pairs::PairTable;
+pub use piecewise::{Piece, PiecewiseMap};
