@@ -61,7 +61,8 @@ pub use estimate::corridor::Quality;
 pub use estimate::hull::Point;
 pub use estimate::linreg::LinRegFit;
 pub use estimate::{
-    Algorithm, LimitLine, PairResult, SyncError, SyncOptions, SyncResult, TraceResult, run as sync,
+    Algorithm, LimitLine, PairResult, PairSegment, SyncError, SyncOptions, SyncResult, TraceResult,
+    run as sync,
     run_messages as sync_messages,
 };
 pub use input::info::{ClockSummary, DamageInfo, EventCounts, TraceSummary, inspect};
@@ -74,7 +75,7 @@ pub use input::{
 pub use matching::{DEFAULT_WINDOW_NS, MatchOptions, MatchStats};
 pub use model::{
     Affine, EventRef, Exchange, MatchedMessage, Message, MessageRef, MessageSink, Origin,
-    PairLatency,
+    PairLatency, Piece, PiecewiseMap,
 };
 pub use timeline::{
     Envelope, EventSink, ExportEvent, ExportSummary, PairSamples, PeerRef, SinkError, Timeline,

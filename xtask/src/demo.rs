@@ -256,17 +256,13 @@ fn check_node(sync: &SyncResult, k: usize, skew: ClockSkew) -> anyhow::Result<No
         .ok_or_else(|| anyhow::anyhow!("no pair between node-0 and node-{k}"))?;
     let trace = &sync.traces[k];
     // Trace k onto node 0: t_0 = drift·t_k + offset, so t_k = (t_0 − offset) / drift.
-    let drift = trace.map.drift;
+    let drift = trace.line.drift;
     let truth = |t0: f64| t0 + skew.offset_ns as f64 + t0 * skew.drift_ppm * 1e-6;
-    let (true_offset_mid_ns, recovered_offset_mid_ns, interval) = match (pair.span, pair.estimate) {
+    let (true_offset_mid_ns, recovered_offset_mid_ns, interval) = match (pair.span, &pair.map) {
         (Some((start, end)), Some(estimate)) => {
             let mid = start + (end - start) / 2;
             let t = truth(mid as f64);
-            let interval = pair
-                .accuracy
-                .as_ref()
-                .and_then(|curve| curve.at(mid))
-                .map(|(lo, hi)| (lo - t, hi - t));
+            let interval = pair.interval_at(mid).map(|(lo, hi)| (lo - t, hi - t));
             let mid = mid as f64;
             (t - mid, estimate.apply(mid) - mid, interval)
         }

@@ -10,17 +10,19 @@ pub mod corridor;
 pub mod hull;
 pub mod linreg;
 pub mod reduction;
+mod segments;
 mod warnings;
 
 use crate::estimate::accuracy::AccuracyCurve;
 use crate::estimate::corridor::{ExactLine, Quality};
-use crate::estimate::hull::{HalfHull, Point, Side};
+use crate::estimate::hull::{Point, Side};
+use crate::estimate::segments::{Buckets, Cut, HullBucket};
 use crate::estimate::linreg::{LinRegAccumulator, LinRegFit};
 use crate::estimate::reduction::{Edge, Weight};
 use crate::input::InputSet;
 use crate::input::error::InputError;
 use crate::matching::{MatchOptions, MatchStats};
-use crate::model::{Affine, PairTable};
+use crate::model::{Affine, PairTable, PiecewiseMap};
 use crate::model::{Exchange, MatchedMessage, Message, MessageSink};
 
 /// Which estimator to use.
@@ -77,6 +79,30 @@ impl From<ExactLine> for LimitLine {
     }
 }
 
+/// One segment of a pair: a stretch of time over which one line relates the two clocks.
+#[derive(Clone, Debug)]
+pub struct PairSegment {
+    /// Where the segment starts on a's clock (the first segment also covers what comes before).
+    pub start_ns: i64,
+    /// Where the next segment starts, or the pair's last message for the last segment.
+    pub end_ns: i64,
+    /// Quality of this segment's estimate.
+    pub quality: Quality,
+    /// The segment's line t_b = offset_ns + drift · t_a (None when there is none).
+    pub estimate: Option<Affine>,
+    /// Guaranteed interval over the segment (accurate segments, chull only), bend included.
+    pub accuracy: Option<AccuracyCurve>,
+    /// How far the clocks may bend from one line inside the segment, as measured (ns); added to
+    /// its interval. 0 when the pair is one segment (the classic linear-clock assumption).
+    pub bend_ns: f64,
+    /// Ashton's error for an `approximate` segment (ns).
+    pub approx_error_ns: Option<f64>,
+    /// Messages a→b in the segment.
+    pub messages_ab: u64,
+    /// Messages b→a in the segment.
+    pub messages_ba: u64,
+}
+
 /// The result for one trace pair (a < b); maps are from a's clock to b's.
 #[derive(Clone, Debug)]
 pub struct PairResult {
@@ -86,8 +112,14 @@ pub struct PairResult {
     pub b: u32,
     /// How good the estimate is; only accurate and approximate pairs are used.
     pub quality: Quality,
-    /// The estimate t_b = offset_ns + drift · t_a (None when there is none).
+    /// The best single line t_b = offset_ns + drift · t_a over the whole pair (None when there is
+    /// none); the map is [`map`](Self::map).
     pub estimate: Option<Affine>,
+    /// The pair's map from a's clock to b's: the segments' lines joined continuously (one piece
+    /// for a one-segment pair: then exactly `estimate`).
+    pub map: Option<PiecewiseMap>,
+    /// The segments, in time order (one for a linear pair).
+    pub segments: Vec<PairSegment>,
     /// Minimum-slope limit line; None for absent and approximate pairs, or when unbounded.
     pub minslope: Option<LimitLine>,
     /// Maximum-slope limit line; None for absent and approximate pairs, or when unbounded.
@@ -112,6 +144,69 @@ pub struct PairResult {
     pub span: Option<(i64, i64)>,
 }
 
+impl PairResult {
+    /// The guaranteed interval of t_b at `t_a` (ns on b's clock), bend and all; None where the
+    /// pair gives none (outside its intervals' span, or no accurate estimate). Between two
+    /// segments' intervals, the union of the two nearest, as offsets (a clock that bent is only
+    /// known to lie between them).
+    pub fn interval_at(&self, t_a: i64) -> Option<(f64, f64)> {
+        if self.segments.len() <= 1 {
+            return self.accuracy.as_ref()?.at(t_a);
+        }
+        let k = self
+            .segments
+            .partition_point(|s| s.start_ns <= t_a)
+            .saturating_sub(1);
+        let curve = self.segments[k].accuracy.as_ref()?;
+        if let Some(interval) = curve.at(t_a) {
+            return Some(interval);
+        }
+        // Before the segment's first interval point or after its last: the neighbour's nearest.
+        let (first, last) = (curve.points.first()?, curve.points.last()?);
+        let (near, other) = if t_a < first.t_a {
+            let prev = self.segments.get(k.checked_sub(1)?)?.accuracy.as_ref()?;
+            (first, prev.points.last()?)
+        } else {
+            let next = self.segments.get(k + 1)?.accuracy.as_ref()?;
+            (last, next.points.first()?)
+        };
+        let t = t_a as f64;
+        let off = |p: &accuracy::AccuracyPoint| (p.lo - p.t_a as f64, p.hi - p.t_a as f64);
+        let ((l1, h1), (l2, h2)) = (off(near), off(other));
+        Some((t + l1.min(l2), t + h1.max(h2)))
+    }
+
+    /// The guaranteed interval of t_a for a time `t_b` of b's clock: where the bounds of
+    /// [`interval_at`](Self::interval_at) reach `t_b` (both rise with t_a).
+    pub fn interval_back(&self, t_b: f64) -> Option<(f64, f64)> {
+        let curve = self.accuracy.as_ref()?;
+        let (first, last) = (curve.points.first()?.t_a, curve.points.last()?.t_a);
+        // The smallest t_a whose upper bound reaches t_b, the largest whose lower bound does not
+        // pass it.
+        let lo = bisect(first, last, |t| self.interval_at(t).map(|i| i.1 >= t_b))?;
+        let hi = bisect(first, last, |t| self.interval_at(t).map(|i| i.0 > t_b))?;
+        Some((lo as f64 - 1.0, hi as f64))
+    }
+}
+
+/// The first t in [lo, hi] where `above` turns true (it must be monotone); None when `above` is
+/// unknown or never true there — or already true at `lo` (t_b lies before the span).
+fn bisect(lo: i64, hi: i64, above: impl Fn(i64) -> Option<bool>) -> Option<i64> {
+    if above(lo)? || !above(hi)? {
+        return None;
+    }
+    let (mut lo, mut hi) = (lo, hi);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if above(mid)? {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some(hi)
+}
+
 /// The result for one trace.
 #[derive(Clone, Debug)]
 pub struct TraceResult {
@@ -123,8 +218,11 @@ pub struct TraceResult {
     pub group: u32,
     /// Reference trace of the group: its clock is the group's timebase.
     pub reference: u32,
-    /// t_ref = drift · t_k + offset_ns.
-    pub map: Affine,
+    /// t_ref = map(t_k): the pair maps composed along the path, piecewise where a pair is.
+    pub map: PiecewiseMap,
+    /// The best single line t_ref = drift · t_k + offset_ns (each pair's whole-trace line
+    /// composed), for readers that take one line.
+    pub line: Affine,
     /// False for a trace related to no other trace (its map is then the identity).
     pub synchronized: bool,
     /// Traces from the reference to this one along which pair maps were composed.
@@ -157,6 +255,32 @@ impl SyncResult {
     pub fn to_reference(&self, trace: u32, t_ns: i64) -> f64 {
         self.traces[trace as usize].map.apply(t_ns as f64)
     }
+
+    /// The guaranteed interval of `trace`'s local time `t_ns` on its reference's timebase: the
+    /// pairs' intervals carried along the trace's path (each bound through the bound of the same
+    /// side, as every bound rises with time). None where a pair on the path gives no guarantee
+    /// (approximate, or outside its messages' span); the reference itself is exact.
+    pub fn interval(&self, trace: u32, t_ns: i64) -> Option<(f64, f64)> {
+        let t = &self.traces[trace as usize];
+        if !t.synchronized {
+            return None;
+        }
+        let (mut lo, mut hi) = (t_ns as f64, t_ns as f64);
+        for step in t.path.windows(2).rev() {
+            let (to, from) = (step[0], step[1]);
+            let pair = self.pair(from, to)?;
+            (lo, hi) = if pair.a == from {
+                let low = pair.interval_at(lo.floor() as i64)?.0;
+                let high = pair.interval_at(hi.ceil() as i64)?.1;
+                (low, high)
+            } else {
+                let low = pair.interval_back(lo)?.0;
+                let high = pair.interval_back(hi)?.1;
+                (low, high)
+            };
+        }
+        Some((lo, hi))
+    }
 }
 
 /// Why `sync` could not run.
@@ -175,8 +299,7 @@ pub enum SyncError {
 struct PairState {
     a: u32,
     b: u32,
-    lower: HalfHull,
-    upper: HalfHull,
+    buckets: Buckets,
     messages_ab: u64,
     messages_ba: u64,
     x_min: i64,
@@ -189,8 +312,7 @@ impl PairState {
         PairState {
             a,
             b,
-            lower: HalfHull::new(Side::Lower),
-            upper: HalfHull::new(Side::Upper),
+            buckets: Buckets::default(),
             messages_ab: 0,
             messages_ba: 0,
             x_min: i64::MAX,
@@ -232,13 +354,13 @@ impl PairAccumulator {
             p.messages_ab += 1;
             p.x_min = p.x_min.min(m.send_ns);
             p.x_max = p.x_max.max(m.send_ns);
-            p.lower.push(Point::new(m.send_ns, m.recv_ns));
+            p.buckets.push_ab(Point::new(m.send_ns, m.recv_ns));
         } else {
             let p = self.slot(m.recv_trace, m.send_trace);
             p.messages_ba += 1;
             p.x_min = p.x_min.min(m.recv_ns);
             p.x_max = p.x_max.max(m.recv_ns);
-            p.upper.push(Point::new(m.recv_ns, m.send_ns));
+            p.buckets.push_ba(Point::new(m.recv_ns, m.send_ns));
         }
     }
 
@@ -386,11 +508,12 @@ pub fn finish(
                 name(p.b)
             )),
         }
-        if let (Some(map), Some(weight)) = (p.estimate, edge_weight(p)) {
+        if let (Some(line), Some(map), Some(weight)) = (p.estimate, &p.map, edge_weight(p)) {
             edges.push(Edge {
                 a: p.a,
                 b: p.b,
-                map,
+                map: map.clone(),
+                line,
                 weight,
             });
         }
@@ -424,6 +547,7 @@ pub fn finish(
             group: t.group,
             reference: t.reference,
             map: t.map,
+            line: t.line,
             synchronized: t.synchronized,
             path: t.path,
         })
@@ -461,10 +585,13 @@ fn edge_weight(p: &PairResult) -> Option<Weight> {
     }
 }
 
-fn pair_result(mut p: PairState, options: &SyncOptions) -> PairResult {
-    let out_of_order = p.lower.out_of_order() + p.upper.out_of_order();
-    let hull_ab = p.lower.finish().to_vec();
-    let hull_ba = p.upper.finish().to_vec();
+fn pair_result(p: PairState, options: &SyncOptions) -> PairResult {
+    let out_of_order = p.buckets.out_of_order();
+    let buckets = p.buckets.finish();
+    let lowers: Vec<&[Point]> = buckets.iter().map(|b| &b.lower[..]).collect();
+    let uppers: Vec<&[Point]> = buckets.iter().map(|b| &b.upper[..]).collect();
+    let hull_ab = segments::union_hull(Side::Lower, &lowers);
+    let hull_ba = segments::union_hull(Side::Upper, &uppers);
     let span = (p.x_min <= p.x_max).then_some((p.x_min, p.x_max));
     let c = corridor::analyze(&hull_ab, &hull_ba);
     let mut result = PairResult {
@@ -472,6 +599,8 @@ fn pair_result(mut p: PairState, options: &SyncOptions) -> PairResult {
         b: p.b,
         quality: c.quality,
         estimate: c.estimate,
+        map: c.estimate.map(PiecewiseMap::linear),
+        segments: Vec::new(),
         minslope: c.minslope.map(LimitLine::from),
         maxslope: c.maxslope.map(LimitLine::from),
         messages_ab: p.messages_ab,
@@ -500,8 +629,159 @@ fn pair_result(mut p: PairState, options: &SyncOptions) -> PairResult {
             Quality::Absent
         };
         result.estimate = fit.as_ref().map(|f| f.line);
+        result.map = result.estimate.map(PiecewiseMap::linear);
         result.approx_error_ns = None;
         result.linreg = fit;
+    } else if let (Some(line), Some((_, last))) = (c.estimate, span) {
+        let cuts = segments::cut(&buckets, line.drift);
+        if cuts.len() > 1 {
+            piecewise(&mut result, &buckets, cuts, last);
+        }
+    }
+    if result.segments.is_empty() {
+        result.segments.push(PairSegment {
+            start_ns: span.map_or(0, |s| s.0),
+            end_ns: span.map_or(0, |s| s.1),
+            quality: result.quality,
+            estimate: result.estimate,
+            accuracy: result.accuracy.clone(),
+            bend_ns: 0.0,
+            approx_error_ns: result.approx_error_ns,
+            messages_ab: result.messages_ab,
+            messages_ba: result.messages_ba,
+        });
     }
     result
+}
+
+/// Estimates each cut of a pair on its own, joins them into one map and makes the pair's
+/// quality and accuracy theirs. A cut without an accurate estimate joins a neighbour; if that
+/// leaves one cut, the pair stays whole.
+fn piecewise(result: &mut PairResult, buckets: &[HullBucket], mut cuts: Vec<Cut>, last_ns: i64) {
+    let estimate = |cuts: &[Cut], k: usize| {
+        let end = cuts
+            .get(k + 1)
+            .map_or(last_ns, |next| buckets[next.first].start_ns);
+        segment(&buckets[cuts[k].first..=cuts[k].last], cuts[k].bend_ns, end)
+    };
+    let mut segments: Vec<PairSegment> = (0..cuts.len()).map(|k| estimate(&cuts, k)).collect();
+    // A segment without an accurate estimate joins a neighbour when together they have one;
+    // otherwise it stays as it is (best effort there only, not over the whole pair).
+    let mut k = 0;
+    while k < segments.len() {
+        if segments[k].quality == Quality::Accurate {
+            k += 1;
+            continue;
+        }
+        let joined = [k.checked_sub(1), (k + 1 < cuts.len()).then_some(k + 1)]
+            .into_iter()
+            .flatten()
+            .find_map(|with| {
+                let (lo, hi) = (k.min(with), k.max(with));
+                let mut trial = cuts.clone();
+                trial[lo] = Cut {
+                    first: cuts[lo].first,
+                    last: cuts[hi].last,
+                    bend_ns: cuts[lo].bend_ns.max(cuts[hi].bend_ns),
+                };
+                trial.remove(hi);
+                let s = estimate(&trial, lo);
+                (s.quality == Quality::Accurate).then_some((lo, trial, s))
+            });
+        match joined {
+            Some((lo, trial, s)) => {
+                cuts = trial;
+                segments[lo] = s;
+                segments.remove(lo + 1);
+                k = lo;
+            }
+            None => k += 1,
+        }
+    }
+    if segments.len() == 1 || segments.iter().any(|s| s.estimate.is_none()) {
+        return;
+    }
+    let lines: Vec<(i64, i64, Affine)> = segments
+        .iter()
+        .map(|s| (s.start_ns, s.end_ns, s.estimate.expect("checked above")))
+        .collect();
+    let knots = segments::joined_knots(&lines);
+    let last_drift = lines.last().map(|l| l.2.drift);
+    result.map = Some(PiecewiseMap::through_knots(&knots, last_drift));
+    let all_accurate = segments.iter().all(|s| s.quality == Quality::Accurate);
+    result.quality = if all_accurate {
+        Quality::Accurate
+    } else {
+        Quality::Approximate
+    };
+    result.minslope = None;
+    result.maxslope = None;
+    result.approx_error_ns = segments
+        .iter()
+        .filter_map(|s| s.approx_error_ns)
+        .reduce(f64::max);
+    result.accuracy = all_accurate.then(|| {
+        AccuracyCurve::from_points(
+            segments
+                .iter()
+                .flat_map(|s| s.accuracy.iter().flat_map(|a| a.points.iter().copied()))
+                .collect(),
+        )
+    });
+    result.segments = segments;
+}
+
+/// One segment's estimate and interval from its buckets. The interval allows the clocks to bend
+/// by `bend_ns` from one line: the hull points are moved outward by it before the accuracy is
+/// computed (a line within `bend_ns` of the truth satisfies the moved constraints), and the
+/// bounds widened by it.
+fn segment(buckets: &[HullBucket], bend_ns: f64, end_ns: i64) -> PairSegment {
+    let lowers: Vec<&[Point]> = buckets.iter().map(|b| &b.lower[..]).collect();
+    let uppers: Vec<&[Point]> = buckets.iter().map(|b| &b.upper[..]).collect();
+    let lower = segments::union_hull(Side::Lower, &lowers);
+    let upper = segments::union_hull(Side::Upper, &uppers);
+    let c = corridor::analyze(&lower, &upper);
+    let bend = bend_ns.ceil() as i64;
+    let moved = |hull: &[Point], dy: i64| -> Vec<Point> {
+        hull.iter()
+            .map(|p| Point::new(p.x, p.y.saturating_add(dy)))
+            .collect()
+    };
+    let (lower_out, upper_out) = (moved(&lower, bend), moved(&upper, -bend));
+    let relaxed = corridor::analyze(&lower_out, &upper_out);
+    let accuracy = match (c.quality, relaxed.minslope, relaxed.maxslope) {
+        (Quality::Accurate, Some(min), Some(max)) => {
+            let curve = accuracy::curve(&lower_out, &upper_out, &min, &max);
+            Some(AccuracyCurve::from_points(
+                curve
+                    .points
+                    .into_iter()
+                    .map(|p| accuracy::AccuracyPoint {
+                        lo: p.lo - bend as f64,
+                        hi: p.hi + bend as f64,
+                        width: p.width + 2.0 * bend as f64,
+                        ..p
+                    })
+                    .collect(),
+            ))
+        }
+        _ => None,
+    };
+    PairSegment {
+        start_ns: buckets[0].start_ns,
+        end_ns,
+        quality: if accuracy.is_some() {
+            c.quality
+        } else if c.quality == Quality::Accurate {
+            Quality::Incomplete
+        } else {
+            c.quality
+        },
+        estimate: c.estimate,
+        accuracy,
+        bend_ns: bend as f64,
+        approx_error_ns: c.approx_error_ns,
+        messages_ab: buckets.iter().map(|b| b.messages_ab).sum(),
+        messages_ba: buckets.iter().map(|b| b.messages_ba).sum(),
+    }
 }

@@ -10,7 +10,7 @@
 //! (a0' = −a0/a1, a1' = 1/a1). Each group has its own reference; a trace in a group of one is
 //! reported unsynchronized, never silently mapped by the identity.
 
-use crate::model::Affine;
+use crate::model::{Affine, PiecewiseMap};
 
 /// Edge weight: best-effort edges first by count, then the uncertainty in ns.
 #[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
@@ -40,11 +40,14 @@ impl Weight {
 }
 
 /// A usable pair estimate: `map` sends trace a's time onto trace b's.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Edge {
     pub a: u32,
     pub b: u32,
-    pub map: Affine,
+    /// The pair's map (piecewise for a segmented pair).
+    pub map: PiecewiseMap,
+    /// The pair's best single line.
+    pub line: Affine,
     pub weight: Weight,
 }
 
@@ -55,8 +58,10 @@ pub struct TraceMap {
     pub group: u32,
     /// Reference trace of the group.
     pub reference: u32,
-    /// t_ref = drift · t_k + offset_ns.
-    pub map: Affine,
+    /// t_ref = map(t_k).
+    pub map: PiecewiseMap,
+    /// The composed best single lines.
+    pub line: Affine,
     /// False for a trace related to no other trace.
     pub synchronized: bool,
     /// Traces on the shortest path from the reference to this trace (both included).
@@ -106,11 +111,16 @@ pub fn reduce(
     let mut dist: Vec<Option<Weight>> = vec![None; n * n];
     let mut pred: Vec<u32> = vec![u32::MAX; n * n];
     // Direct map for (from, to): index from*n+to → map from→to.
-    let mut direct: Vec<Option<Affine>> = vec![None; n * n];
+    let mut direct: Vec<Option<usize>> = vec![None; n * n];
+    // Each edge's maps both ways, so that a path composes without inverting twice.
+    let inverses: Vec<(PiecewiseMap, Affine)> = edges
+        .iter()
+        .map(|e| (e.map.inverse(), e.line.inverse()))
+        .collect();
     for i in 0..n {
         dist[i * n + i] = Some(Weight::ZERO);
     }
-    for e in edges {
+    for (k, e) in edges.iter().enumerate() {
         if e.a == e.b {
             continue;
         }
@@ -119,11 +129,8 @@ pub fn reduce(
             if dist[i * n + j].is_none_or(|d| e.weight.lt(d)) {
                 dist[i * n + j] = Some(e.weight);
                 pred[i * n + j] = i as u32;
-                direct[i * n + j] = Some(if (i, j) == (a, b) {
-                    e.map
-                } else {
-                    e.map.inverse()
-                });
+                // Edge k forward as 2k, backward as 2k + 1.
+                direct[i * n + j] = Some(2 * k + usize::from((i, j) != (a, b)));
             }
         }
     }
@@ -190,14 +197,20 @@ pub fn reduce(
         let g = group[k];
         let r = reference_of_group[g as usize] as usize;
         let mut path = vec![k as u32];
-        let mut map = Affine::IDENTITY;
+        let mut map = PiecewiseMap::identity();
+        let mut line = Affine::IDENTITY;
         if k != r {
             let (lr, mut v) = (local[r], local[k]);
             while v != lr {
                 let parent = pred[lr * n + v] as usize;
                 let step = direct[v * n + parent].expect("shortest-path edges are direct pairs");
-                // map currently sends k → v; extend it to k → parent.
-                map = step.compose(&map);
+                let (step_map, step_line) = match step % 2 {
+                    0 => (&edges[step / 2].map, edges[step / 2].line),
+                    _ => (&inverses[step / 2].0, inverses[step / 2].1),
+                };
+                // The maps currently send k → v; extend them to k → parent.
+                map = step_map.compose(&map);
+                line = step_line.compose(&line);
                 path.push(members[parent] as u32);
                 v = parent;
             }
@@ -207,6 +220,7 @@ pub fn reduce(
             group: g,
             reference: r as u32,
             map,
+            line,
             synchronized: sizes[g as usize] > 1,
             path,
         });
@@ -225,51 +239,57 @@ mod tests {
         Weight { best_effort: 0, ns }
     }
 
+    fn edge(a: u32, b: u32, line: Affine, weight: Weight) -> Edge {
+        Edge {
+            a,
+            b,
+            map: line.into(),
+            line,
+            weight,
+        }
+    }
+
     #[test]
     fn composes_along_a_chain_with_inversions() {
         // t1 = 100 + 2 t0 (pair 0-1), t1 = 10 + 0.5 t2 (pair 1-2 stored as 1→2: t2 = 2 t1 − 20).
-        let e01 = Edge {
-            a: 0,
-            b: 1,
-            map: Affine {
+        let e01 = edge(
+            0,
+            1,
+            Affine {
                 offset_ns: 100.0,
                 drift: 2.0,
             },
-            weight: w(1.0),
-        };
-        let e12 = Edge {
-            a: 1,
-            b: 2,
-            map: Affine {
+            w(1.0),
+        );
+        let e12 = edge(
+            1,
+            2,
+            Affine {
                 offset_ns: -20.0,
                 drift: 2.0,
             },
-            weight: w(1.0),
-        };
-        let r = reduce(3, &[e01, e12], Some(0)).unwrap();
+            w(1.0),
+        );
+        let r = reduce(3, &[e01.clone(), e12.clone()], Some(0)).unwrap();
         // t2 = 2 t1 − 20 = 2 (100 + 2 t0) − 20 = 180 + 4 t0  ⇒  t0 = (t2 − 180) / 4.
-        let m = r.traces[2].map;
+        let m = &r.traces[2].map;
         assert_eq!(r.traces[2].path, vec![0, 1, 2]);
         assert!((m.apply(580.0) - 100.0).abs() < 1e-9, "{m:?}");
         // Trace 0 is the reference.
-        assert_eq!(r.traces[0].map, Affine::IDENTITY);
+        assert_eq!(r.traces[0].map, PiecewiseMap::identity());
+        assert!((r.traces[2].line.apply(580.0) - 100.0).abs() < 1e-9);
         // Automatic reference: the middle of the chain.
         let r = reduce(3, &[e01, e12], None).unwrap();
         assert_eq!(r.traces[0].reference, 1);
-        let m0 = r.traces[0].map; // t1 = 100 + 2 t0
+        let m0 = &r.traces[0].map; // t1 = 100 + 2 t0
         assert!((m0.apply(1.0) - 102.0).abs() < 1e-9);
-        let m2 = r.traces[2].map; // t1 = (t2 + 20) / 2
+        let m2 = &r.traces[2].map; // t1 = (t2 + 20) / 2
         assert!((m2.apply(80.0) - 50.0).abs() < 1e-9);
     }
 
     #[test]
     fn separate_groups_and_lonely_traces() {
-        let e = |a, b| Edge {
-            a,
-            b,
-            map: Affine::IDENTITY,
-            weight: w(1.0),
-        };
+        let e = |a, b| edge(a, b, Affine::IDENTITY, w(1.0));
         let r = reduce(5, &[e(0, 1), e(2, 3)], None).unwrap();
         assert_eq!(r.groups, 3);
         assert_eq!(

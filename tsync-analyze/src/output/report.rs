@@ -7,7 +7,8 @@ use serde_json::Value;
 
 use crate::estimate::accuracy::AccuracyStats;
 use crate::estimate::corridor::Quality;
-use crate::estimate::{LimitLine, PairResult, SyncResult, TraceResult};
+use crate::estimate::{LimitLine, PairResult, PairSegment, SyncResult, TraceResult};
+use crate::model::PiecewiseMap;
 use crate::matching::MatchStats;
 
 /// The `sync --json` document: every trace's map onto its reference, every pair's estimate and
@@ -21,7 +22,8 @@ struct SyncDocument<'a> {
     warnings: &'a [String],
 }
 
-/// One trace: `t_ref = drift · t + offset_ns`.
+/// One trace: its map `segments` (complete), and `t_ref = drift · t + offset_ns` its best single
+/// line.
 #[derive(Serialize)]
 struct TraceDocument<'a> {
     index: u32,
@@ -30,8 +32,65 @@ struct TraceDocument<'a> {
     reference: u32,
     drift: f64,
     offset_ns: f64,
+    segments: Vec<PieceDocument>,
     synchronized: bool,
     path: &'a [u32],
+}
+
+/// One piece of a map: `t_to = drift · t + offset_ns` from `start_ns` to the next piece's start
+/// (the first piece also before, the last after).
+#[derive(Serialize)]
+struct PieceDocument {
+    start_ns: f64,
+    drift: f64,
+    offset_ns: f64,
+}
+
+/// The pieces of a map; a first piece without an earlier bound starts at 0 (it applies before
+/// its start anyway).
+fn pieces(map: &PiecewiseMap) -> Vec<PieceDocument> {
+    map.pieces()
+        .iter()
+        .map(|p| PieceDocument {
+            start_ns: if p.start_ns.is_finite() {
+                p.start_ns
+            } else {
+                0.0
+            },
+            drift: p.line.drift,
+            offset_ns: p.line.offset_ns,
+        })
+        .collect()
+}
+
+/// One segment of a pair.
+#[derive(Serialize)]
+struct SegmentDocument {
+    start_ns: i64,
+    end_ns: i64,
+    quality: Quality,
+    a0_ns: Option<f64>,
+    a1: Option<f64>,
+    accuracy_ns: Option<AccuracyStats>,
+    bend_ns: f64,
+    messages_ab: u64,
+    messages_ba: u64,
+}
+
+impl From<&PairSegment> for SegmentDocument {
+    fn from(s: &PairSegment) -> Self {
+        SegmentDocument {
+            start_ns: s.start_ns,
+            end_ns: s.end_ns,
+            quality: s.quality,
+            a0_ns: s.estimate.map(|e| e.offset_ns),
+            a1: s.estimate.map(|e| e.drift),
+            accuracy_ns: s.accuracy.as_ref().map(|a| a.stats),
+            bend_ns: s.bend_ns,
+            messages_ab: s.messages_ab,
+            messages_ba: s.messages_ba,
+        }
+    }
 }
 
 impl<'a> From<&'a TraceResult> for TraceDocument<'a> {
@@ -41,8 +100,9 @@ impl<'a> From<&'a TraceResult> for TraceDocument<'a> {
             name: &t.name,
             group: t.group,
             reference: t.reference,
-            drift: t.map.drift,
-            offset_ns: t.map.offset_ns,
+            drift: t.line.drift,
+            offset_ns: t.line.offset_ns,
+            segments: pieces(&t.map),
             synchronized: t.synchronized,
             path: &t.path,
         }
@@ -97,6 +157,9 @@ struct PairDocument {
     linreg: Option<LinRegDocument>,
     #[serde(skip_serializing_if = "Option::is_none")]
     span_ns: Option<[i64; 2]>,
+    segments: Vec<SegmentDocument>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    map: Option<Vec<PieceDocument>>,
 }
 
 impl From<&PairResult> for PairDocument {
@@ -123,6 +186,8 @@ impl From<&PairResult> for PairDocument {
                 mean_error_ns: l.mean_error_ns,
             }),
             span_ns: p.span.map(|(lo, hi)| [lo, hi]),
+            segments: p.segments.iter().map(SegmentDocument::from).collect(),
+            map: p.map.as_ref().map(pieces),
         }
     }
 }
@@ -221,6 +286,26 @@ pub fn to_text(r: &SyncResult) -> String {
             }
             _ => {}
         }
+        if p.segments.len() > 1 {
+            let _ = writeln!(
+                s,
+                "      {} segments (the clocks bend; one line per segment, joined continuously):",
+                p.segments.len()
+            );
+            for g in &p.segments {
+                let _ = writeln!(
+                    s,
+                    "        from {} ns: {}, {} + {} messages, drift {:+.4} ppm, interval {}, bend {}",
+                    g.start_ns,
+                    g.quality.as_str(),
+                    g.messages_ab,
+                    g.messages_ba,
+                    g.estimate.map_or(f64::NAN, |e| (e.drift - 1.0) * 1e6),
+                    g.accuracy.as_ref().map_or("none".into(), |a| us(a.stats.mean)),
+                    us(g.bend_ns)
+                );
+            }
+        }
         if let Some(l) = &p.linreg {
             let _ = writeln!(
                 s,
@@ -252,9 +337,9 @@ pub fn to_text(r: &SyncResult) -> String {
                 t.name,
                 t.group,
                 name(t.reference),
-                t.map.drift,
-                (t.map.drift - 1.0) * 1e6,
-                t.map.offset_ns,
+                t.line.drift,
+                (t.line.drift - 1.0) * 1e6,
+                t.line.offset_ns,
                 // `path` runs from the reference to the trace; print it the way the map goes.
                 t.path
                     .iter()
