@@ -57,6 +57,7 @@ pub mod synth;
 mod timeline;
 
 pub use estimate::accuracy::{AccuracyCurve, AccuracyPoint, AccuracyStats};
+pub use estimate::timebase::{RawClock, TimebaseChoice, Timebases};
 pub use estimate::corridor::Quality;
 pub use estimate::hull::Point;
 pub use estimate::linreg::LinRegFit;

@@ -233,6 +233,7 @@ pub fn analyze(
         reference: Some("node-0".into()),
         matching: MatchOptions::default(),
         linreg_filter_z: None,
+        ..Default::default()
     };
     let sync = tsync_analyze::sync(&inputs, &options, &mut |_| {})?;
     let mut checks = Vec::new();

@@ -17,7 +17,7 @@ use tsync_analyze::clc::ClcParams;
 use tsync_analyze::output::figures;
 use tsync_analyze::output::plot::PlotFormat;
 
-use tsync_analyze::{
+use tsync_analyze::{TimebaseChoice, 
     Algorithm, DEFAULT_WINDOW_NS, InputSet, MatchOptions, Quality, SyncOptions, SyncResult,
     Timeline, TimelineOptions,
 };
@@ -101,6 +101,14 @@ pub enum AlgorithmArg {
     Linreg,
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum TimebaseArg {
+    /// Each node's CLOCK_MONOTONIC_RAW, from the trace's clock samples: NTP's slewing undone.
+    Raw,
+    /// The clocks as recorded (CLOCK_MONOTONIC).
+    Recorded,
+}
+
 /// The inputs and how to synchronize them: what `sync` takes, and what the commands that start
 /// from its linear correction take too.
 #[derive(Args)]
@@ -117,6 +125,11 @@ pub struct SyncArgs {
     /// linreg: drop exchanges whose error margin exceeds mean + Z·σ (1.64 ≈ the paper's 90 %).
     #[arg(long, value_name = "Z")]
     pub filter: Option<f64>,
+    /// Clocks to estimate on: `raw` converts each trace file's times to its node's raw clock
+    /// (from its clock samples; text inputs and version-1 files stay as recorded). The maps
+    /// always start from the recorded clock.
+    #[arg(long, value_enum, default_value = "raw")]
+    pub timebase: TimebaseArg,
     /// Exit with status 3 when any trace is not synchronized, the traces form several groups, or
     /// any pair is only `approximate` (without it, status 3 only when nothing was synchronized).
     #[arg(long)]
@@ -140,6 +153,10 @@ impl SyncArgs {
             reference: self.reference.clone(),
             matching: self.matching.options()?,
             linreg_filter_z: self.filter,
+            timebase: match self.timebase {
+                TimebaseArg::Raw => TimebaseChoice::Raw,
+                TimebaseArg::Recorded => TimebaseChoice::Recorded,
+            },
         })
     }
 }

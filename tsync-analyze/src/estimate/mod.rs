@@ -11,12 +11,14 @@ pub mod hull;
 pub mod linreg;
 pub mod reduction;
 mod segments;
+pub mod timebase;
 mod warnings;
 
 use crate::estimate::accuracy::AccuracyCurve;
 use crate::estimate::corridor::{ExactLine, Quality};
 use crate::estimate::hull::{Point, Side};
 use crate::estimate::segments::{Buckets, Cut, HullBucket};
+use crate::estimate::timebase::{TimebaseChoice, Timebases};
 use crate::estimate::linreg::{LinRegAccumulator, LinRegFit};
 use crate::estimate::reduction::{Edge, Weight};
 use crate::input::InputSet;
@@ -58,6 +60,8 @@ pub struct SyncOptions {
     /// `linreg` only: one-sided outlier filter, drop exchanges whose error margin exceeds
     /// mean + z·σ (the paper's 90 % level is z = 1.64).
     pub linreg_filter_z: Option<f64>,
+    /// The clocks to estimate on (default: each node's raw clock where its samples allow).
+    pub timebase: TimebaseChoice,
 }
 
 /// A limit line of the corridor: the map `t_b = offset_ns + drift · t_a` through two message
@@ -225,6 +229,11 @@ pub struct TraceResult {
     pub line: Affine,
     /// False for a trace related to no other trace (its map is then the identity).
     pub synchronized: bool,
+    /// The clock its messages were estimated on: `raw` when its recorded times were converted
+    /// to its raw clock (the map still starts from the recorded clock).
+    pub timebase: TimebaseChoice,
+    /// Error bound of that conversion (ns; 0 on the recorded clock).
+    pub conversion_bound_ns: f64,
     /// Traces from the reference to this one along which pair maps were composed.
     pub path: Vec<u32>,
 }
@@ -242,6 +251,8 @@ pub struct SyncResult {
     pub matching: MatchStats,
     /// Things the user must know (unsynchronized traces, crossing hulls, several groups, …).
     pub warnings: Vec<String>,
+    /// How each trace's times were converted before estimation.
+    pub timebases: Timebases,
 }
 
 impl SyncResult {
@@ -266,6 +277,14 @@ impl SyncResult {
             return None;
         }
         let (mut lo, mut hi) = (t_ns as f64, t_ns as f64);
+        if t.reference == trace {
+            return Some((lo, hi));
+        }
+        if let Some(c) = self.timebases.of(trace) {
+            let raw = c.to_raw.apply(t_ns as f64);
+            let e = self.timebases.bound_ns(trace);
+            (lo, hi) = (raw - e, raw + e);
+        }
         for step in t.path.windows(2).rev() {
             let (to, from) = (step[0], step[1]);
             let pair = self.pair(from, to)?;
@@ -278,6 +297,10 @@ impl SyncResult {
                 let high = pair.interval_back(hi)?.1;
                 (low, high)
             };
+        }
+        if let Some(c) = self.timebases.of(t.reference) {
+            let e = self.timebases.bound_ns(t.reference) * 1.001;
+            (lo, hi) = (c.from_raw.apply(lo) - e, c.from_raw.apply(hi) + e);
         }
         Some((lo, hi))
     }
@@ -328,12 +351,22 @@ pub struct PairAccumulator {
     /// Slot of pair (a, b) in `pairs`.
     index: PairTable<u32>,
     pairs: Vec<PairState>,
+    /// Converts message times to the estimation clocks.
+    timebases: Timebases,
 }
 
 impl PairAccumulator {
-    /// An empty accumulator.
+    /// An empty accumulator on the recorded clocks.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty accumulator that converts message times with `timebases` first.
+    pub fn with_timebases(timebases: Timebases) -> Self {
+        PairAccumulator {
+            timebases,
+            ..Self::default()
+        }
     }
 
     #[inline]
@@ -349,24 +382,36 @@ impl PairAccumulator {
     /// Adds one message.
     #[inline]
     pub fn add(&mut self, m: &Message) {
+        let Message {
+            send_ns, recv_ns, ..
+        } = self.converted(m);
         if m.send_trace < m.recv_trace {
             let p = self.slot(m.send_trace, m.recv_trace);
             p.messages_ab += 1;
-            p.x_min = p.x_min.min(m.send_ns);
-            p.x_max = p.x_max.max(m.send_ns);
-            p.buckets.push_ab(Point::new(m.send_ns, m.recv_ns));
+            p.x_min = p.x_min.min(send_ns);
+            p.x_max = p.x_max.max(send_ns);
+            p.buckets.push_ab(Point::new(send_ns, recv_ns));
         } else {
             let p = self.slot(m.recv_trace, m.send_trace);
             p.messages_ba += 1;
-            p.x_min = p.x_min.min(m.recv_ns);
-            p.x_max = p.x_max.max(m.recv_ns);
-            p.buckets.push_ba(Point::new(m.recv_ns, m.send_ns));
+            p.x_min = p.x_min.min(recv_ns);
+            p.x_max = p.x_max.max(recv_ns);
+            p.buckets.push_ba(Point::new(recv_ns, send_ns));
+        }
+    }
+
+    /// A message with its times on the estimation clocks.
+    pub fn converted(&self, m: &Message) -> Message {
+        Message {
+            send_ns: self.timebases.convert(m.send_trace, m.send_ns),
+            recv_ns: self.timebases.convert(m.recv_trace, m.recv_ns),
+            ..*m
         }
     }
 
     /// Adds one exchange's offset sample.
     pub fn add_exchange(&mut self, x: &Exchange) {
-        let (q, r) = (&x.request, &x.reply);
+        let (q, r) = (&self.converted(&x.request), &self.converted(&x.reply));
         // Times of the exchange on each clock: request send + reply receive on the initiator,
         // request receive + reply send on the responder.
         let (init_sum, resp_sum) = (q.send_ns + r.recv_ns, q.recv_ns + r.send_ns);
@@ -424,8 +469,10 @@ pub fn run(
     let reference = reference_trace(inputs, options)?;
     let mut matching = options.matching.clone();
     matching.exchanges |= options.algorithm == Algorithm::Linreg;
-    let mut acc = PairAccumulator::new();
-    let stats = inputs.for_each_message_in(&matching, &mut acc, progress)?;
+    let (timebases, mut notes) = timebase::resolve(inputs, options.timebase)?;
+    let mut acc = PairAccumulator::with_timebases(timebases);
+    let mut stats = inputs.for_each_message_in(&matching, &mut acc, progress)?;
+    stats.warnings.append(&mut notes);
     let names: Vec<String> = inputs.traces.iter().map(|t| t.name.clone()).collect();
     Ok(finish(acc, &names, stats, options, reference))
 }
@@ -467,10 +514,17 @@ pub fn finish(
     reference: Option<u32>,
 ) -> SyncResult {
     let mut warnings = matching.warnings.clone();
+    let timebases = acc.timebases;
     let mut pairs: Vec<PairResult> = acc
         .pairs
         .into_iter()
-        .map(|p| pair_result(p, options))
+        .map(|p| {
+            // Converted times may be off by the conversions' bounds: the hull points move
+            // outward by that much (the slope is within 0.1 % of 1) so that every interval
+            // still holds the true line between the raw clocks.
+            let relax = (timebases.bound_ns(p.a) * 1.001 + timebases.bound_ns(p.b)).ceil() as i64;
+            pair_result(p, options, relax)
+        })
         .collect();
     pairs.sort_by_key(|p| (p.a, p.b));
     let name = |i: u32| &trace_names[i as usize];
@@ -541,15 +595,29 @@ pub fn finish(
         .traces
         .into_iter()
         .enumerate()
-        .map(|(i, t)| TraceResult {
-            index: i as u32,
-            name: trace_names[i].clone(),
-            group: t.group,
-            reference: t.reference,
-            map: t.map,
-            line: t.line,
-            synchronized: t.synchronized,
-            path: t.path,
+        .map(|(i, t)| {
+            let map = timebases.recorded_map(i as u32, t.reference, &t.map);
+            let line = if timebases.all_recorded() {
+                t.line
+            } else {
+                map.chord()
+            };
+            TraceResult {
+                index: i as u32,
+                name: trace_names[i].clone(),
+                group: t.group,
+                reference: t.reference,
+                map,
+                line,
+                synchronized: t.synchronized,
+                timebase: if timebases.of(i as u32).is_some() {
+                    TimebaseChoice::Raw
+                } else {
+                    TimebaseChoice::Recorded
+                },
+                conversion_bound_ns: timebases.bound_ns(i as u32),
+                path: t.path,
+            }
         })
         .collect();
     SyncResult {
@@ -558,6 +626,7 @@ pub fn finish(
         pairs,
         matching,
         warnings,
+        timebases,
     }
 }
 
@@ -585,7 +654,7 @@ fn edge_weight(p: &PairResult) -> Option<Weight> {
     }
 }
 
-fn pair_result(p: PairState, options: &SyncOptions) -> PairResult {
+fn pair_result(p: PairState, options: &SyncOptions, relax: i64) -> PairResult {
     let out_of_order = p.buckets.out_of_order();
     let buckets = p.buckets.finish();
     let lowers: Vec<&[Point]> = buckets.iter().map(|b| &b.lower[..]).collect();
@@ -613,13 +682,8 @@ fn pair_result(p: PairState, options: &SyncOptions) -> PairResult {
         hull_ab,
         hull_ba,
     };
-    if let (Quality::Accurate, Some(min), Some(max)) = (c.quality, c.minslope, c.maxslope) {
-        result.accuracy = Some(accuracy::curve(
-            &result.hull_ab,
-            &result.hull_ba,
-            &min,
-            &max,
-        ));
+    if c.quality == Quality::Accurate {
+        result.accuracy = guaranteed(&result.hull_ab, &result.hull_ba, relax, 0);
     }
     if options.algorithm == Algorithm::Linreg {
         let fit = p.linreg.fit(options.linreg_filter_z);
@@ -635,7 +699,7 @@ fn pair_result(p: PairState, options: &SyncOptions) -> PairResult {
     } else if let (Some(line), Some((_, last))) = (c.estimate, span) {
         let cuts = segments::cut(&buckets, line.drift);
         if cuts.len() > 1 {
-            piecewise(&mut result, &buckets, cuts, last);
+            piecewise(&mut result, &buckets, cuts, last, relax);
         }
     }
     if result.segments.is_empty() {
@@ -657,12 +721,18 @@ fn pair_result(p: PairState, options: &SyncOptions) -> PairResult {
 /// Estimates each cut of a pair on its own, joins them into one map and makes the pair's
 /// quality and accuracy theirs. A cut without an accurate estimate joins a neighbour; if that
 /// leaves one cut, the pair stays whole.
-fn piecewise(result: &mut PairResult, buckets: &[HullBucket], mut cuts: Vec<Cut>, last_ns: i64) {
+fn piecewise(
+    result: &mut PairResult,
+    buckets: &[HullBucket],
+    mut cuts: Vec<Cut>,
+    last_ns: i64,
+    relax: i64,
+) {
     let estimate = |cuts: &[Cut], k: usize| {
         let end = cuts
             .get(k + 1)
             .map_or(last_ns, |next| buckets[next.first].start_ns);
-        segment(&buckets[cuts[k].first..=cuts[k].last], cuts[k].bend_ns, end)
+        segment(&buckets[cuts[k].first..=cuts[k].last], cuts[k].bend_ns, end, relax)
     };
     let mut segments: Vec<PairSegment> = (0..cuts.len()).map(|k| estimate(&cuts, k)).collect();
     // A segment without an accurate estimate joins a neighbour when together they have one;
@@ -731,40 +801,16 @@ fn piecewise(result: &mut PairResult, buckets: &[HullBucket], mut cuts: Vec<Cut>
     result.segments = segments;
 }
 
-/// One segment's estimate and interval from its buckets. The interval allows the clocks to bend
-/// by `bend_ns` from one line: the hull points are moved outward by it before the accuracy is
-/// computed (a line within `bend_ns` of the truth satisfies the moved constraints), and the
-/// bounds widened by it.
-fn segment(buckets: &[HullBucket], bend_ns: f64, end_ns: i64) -> PairSegment {
+/// One segment's estimate and interval from its buckets.
+fn segment(buckets: &[HullBucket], bend_ns: f64, end_ns: i64, relax: i64) -> PairSegment {
     let lowers: Vec<&[Point]> = buckets.iter().map(|b| &b.lower[..]).collect();
     let uppers: Vec<&[Point]> = buckets.iter().map(|b| &b.upper[..]).collect();
     let lower = segments::union_hull(Side::Lower, &lowers);
     let upper = segments::union_hull(Side::Upper, &uppers);
     let c = corridor::analyze(&lower, &upper);
     let bend = bend_ns.ceil() as i64;
-    let moved = |hull: &[Point], dy: i64| -> Vec<Point> {
-        hull.iter()
-            .map(|p| Point::new(p.x, p.y.saturating_add(dy)))
-            .collect()
-    };
-    let (lower_out, upper_out) = (moved(&lower, bend), moved(&upper, -bend));
-    let relaxed = corridor::analyze(&lower_out, &upper_out);
-    let accuracy = match (c.quality, relaxed.minslope, relaxed.maxslope) {
-        (Quality::Accurate, Some(min), Some(max)) => {
-            let curve = accuracy::curve(&lower_out, &upper_out, &min, &max);
-            Some(AccuracyCurve::from_points(
-                curve
-                    .points
-                    .into_iter()
-                    .map(|p| accuracy::AccuracyPoint {
-                        lo: p.lo - bend as f64,
-                        hi: p.hi + bend as f64,
-                        width: p.width + 2.0 * bend as f64,
-                        ..p
-                    })
-                    .collect(),
-            ))
-        }
+    let accuracy = match c.quality {
+        Quality::Accurate => guaranteed(&lower, &upper, relax.saturating_add(bend), bend),
         _ => None,
     };
     PairSegment {
@@ -784,4 +830,36 @@ fn segment(buckets: &[HullBucket], bend_ns: f64, end_ns: i64) -> PairSegment {
         messages_ab: buckets.iter().map(|b| b.messages_ab).sum(),
         messages_ba: buckets.iter().map(|b| b.messages_ba).sum(),
     }
+}
+
+/// The guaranteed interval of a corridor whose hull points may be off by `relax` ns (conversion
+/// errors, a bend from one line): the points are moved outward by it, so that every line the
+/// true relation allows still satisfies them, and the bounds are widened by `widen` (how far the
+/// truth may lie from such a line). None when the moved hulls leave a bound open.
+fn guaranteed(lower: &[Point], upper: &[Point], relax: i64, widen: i64) -> Option<AccuracyCurve> {
+    if relax == 0 {
+        let c = corridor::analyze(lower, upper);
+        return Some(accuracy::curve(lower, upper, &c.minslope?, &c.maxslope?));
+    }
+    let moved = |hull: &[Point], dy: i64| -> Vec<Point> {
+        hull.iter()
+            .map(|p| Point::new(p.x, p.y.saturating_add(dy)))
+            .collect()
+    };
+    let (lower, upper) = (moved(lower, relax), moved(upper, -relax));
+    let c = corridor::analyze(&lower, &upper);
+    let curve = accuracy::curve(&lower, &upper, &c.minslope?, &c.maxslope?);
+    let w = widen as f64;
+    Some(AccuracyCurve::from_points(
+        curve
+            .points
+            .into_iter()
+            .map(|p| accuracy::AccuracyPoint {
+                lo: p.lo - w,
+                hi: p.hi + w,
+                width: p.width + 2.0 * w,
+                ..p
+            })
+            .collect(),
+    ))
 }

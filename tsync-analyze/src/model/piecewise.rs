@@ -124,6 +124,27 @@ impl PiecewiseMap {
         self.piece_at(t_ns).line.apply(t_ns)
     }
 
+    /// One line for the whole map: the piece of a linear map, else the chord between the first
+    /// and the last piece's starts (what a reader that takes one line gets).
+    pub fn chord(&self) -> Affine {
+        let starts: Vec<f64> = self
+            .pieces
+            .iter()
+            .map(|p| p.start_ns)
+            .filter(|s| s.is_finite())
+            .collect();
+        match (starts.first(), starts.last()) {
+            (Some(&a), Some(&b)) if b > a => {
+                let drift = (self.apply(b) - self.apply(a)) / (b - a);
+                Affine {
+                    drift,
+                    offset_ns: self.apply(a) - drift * a,
+                }
+            }
+            _ => self.pieces[0].line,
+        }
+    }
+
     /// The rate of the map at `t`.
     pub fn drift_at(&self, t_ns: f64) -> f64 {
         self.piece_at(t_ns).line.drift

@@ -111,7 +111,8 @@ impl MessageSink for Gatherer {
     fn message(&mut self, m: &MatchedMessage<'_>) {
         self.acc.add(&m.message);
         if let Some(s) = self.samples.as_mut() {
-            s.add(&m.message);
+            // On the clocks the pairs are estimated on, like the hulls they are drawn with.
+            s.add(&self.acc.converted(&m.message));
         }
         if !self.keep_messages {
             return;
@@ -151,8 +152,9 @@ impl Timeline {
         let sync_options = &options.sync;
         let reference = estimate::reference_trace(&inputs, sync_options)?;
         let n = inputs.traces.len();
+        let (timebases, mut notes) = estimate::timebase::resolve(&inputs, sync_options.timebase)?;
         let mut gatherer = Gatherer {
-            acc: PairAccumulator::new(),
+            acc: PairAccumulator::with_timebases(timebases),
             linreg: sync_options.algorithm == Algorithm::Linreg,
             keep_messages: options.keep_messages,
             text_messages: Vec::new(),
@@ -165,6 +167,7 @@ impl Timeline {
             ..sync_options.matching.clone()
         };
         let mut stats = inputs.for_each_message(&matching, &mut gatherer, progress)?;
+        stats.warnings.append(&mut notes);
         if sync_options.algorithm != Algorithm::Linreg {
             // The exchanges were looked for only for `l_min`: report what `sync` alone would,
             // so that `sync --plot` prints the same document as `sync`.

@@ -41,6 +41,7 @@ pub fn measure(truth: &Truth, algorithm: Algorithm) -> anyhow::Result<Vec<NodeAc
         reference: Some(truth.nodes[0].name.clone()),
         matching: MatchOptions::default(),
         linreg_filter_z: None,
+        ..Default::default()
     };
     let sync = tsync_analyze::sync(&inputs, &options, &mut |_| {})?;
     Ok(compare(truth, &sync))
