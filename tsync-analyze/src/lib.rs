@@ -57,14 +57,13 @@ pub mod synth;
 mod timeline;
 
 pub use estimate::accuracy::{AccuracyCurve, AccuracyPoint, AccuracyStats};
-pub use estimate::timebase::{RawClock, TimebaseChoice, Timebases};
 pub use estimate::corridor::Quality;
 pub use estimate::hull::Point;
 pub use estimate::linreg::LinRegFit;
+pub use estimate::timebase::{RawClock, TimebaseChoice, Timebases};
 pub use estimate::{
     Algorithm, LimitLine, PairResult, PairSegment, SyncError, SyncOptions, SyncResult, TraceResult,
-    run as sync,
-    run_messages as sync_messages,
+    run as sync, run_messages as sync_messages,
 };
 pub use input::info::{ClockSummary, DamageInfo, EventCounts, TraceSummary, inspect};
 pub use input::text;

@@ -64,11 +64,24 @@ fn lttv_reference_cases() {
             "{case}: reference of trace 1"
         );
         close("trace1 drift", case, t1.line.drift, opt(f[9]).unwrap());
-        close("trace1 offset", case, t1.line.offset_ns, opt(f[10]).unwrap());
+        close(
+            "trace1 offset",
+            case,
+            t1.line.offset_ns,
+            opt(f[10]).unwrap(),
+        );
         // LTTV's cases are linear clocks: one segment, the map exactly the line.
-        assert!(t1.map.is_linear(), "{case}: {} pieces", t1.map.pieces().len());
+        assert!(
+            t1.map.is_linear(),
+            "{case}: {} pieces",
+            t1.map.pieces().len()
+        );
         assert_eq!(p.segments.len(), 1, "{case}: segments");
-        assert_eq!(t1.map.apply(1e9), t1.line.apply(1e9), "{case}: map is the line");
+        assert_eq!(
+            t1.map.apply(1e9),
+            t1.line.apply(1e9),
+            "{case}: map is the line"
+        );
         // Where the reference silently leaves trace 1 alone, we say so.
         let usable = matches!(p.quality, Quality::Accurate | Quality::Approximate);
         assert_eq!(t1.synchronized, usable, "{case}: synchronized");

@@ -406,7 +406,11 @@ impl<W: Write> TraceWriter<W> {
         }
         if !self.kernel_clock.is_empty() {
             let states = std::mem::take(&mut self.kernel_clock);
-            self.write_chunk(chunk_kind::KERNEL_CLOCK, &encode(&states)?, states.len() as u32)?;
+            self.write_chunk(
+                chunk_kind::KERNEL_CLOCK,
+                &encode(&states)?,
+                states.len() as u32,
+            )?;
         }
         self.out
             .flush()
@@ -495,11 +499,7 @@ impl<R: Read + Seek> TraceReader<R> {
     /// states and the footer, at the cost of reading a few bytes per 320 KiB of events.
     /// [`next_events`](Self::next_events) then returns an empty slice per event chunk.
     pub fn skip_events(&mut self) {
-        self.skip = Some(|input, n| {
-            input
-                .seek(io::SeekFrom::Current(n as i64))
-                .map(|_| ())
-        });
+        self.skip = Some(|input, n| input.seek(io::SeekFrom::Current(n as i64)).map(|_| ()));
     }
 }
 

@@ -17,9 +17,9 @@ use tsync_analyze::clc::ClcParams;
 use tsync_analyze::output::figures;
 use tsync_analyze::output::plot::PlotFormat;
 
-use tsync_analyze::{TimebaseChoice, 
+use tsync_analyze::{
     Algorithm, DEFAULT_WINDOW_NS, InputSet, MatchOptions, Quality, SyncOptions, SyncResult,
-    Timeline, TimelineOptions,
+    TimebaseChoice, Timeline, TimelineOptions,
 };
 
 /// A command's failure: the message printed after `tsync-analyze: error:`, and the exit status

@@ -17,10 +17,10 @@ mod warnings;
 use crate::estimate::accuracy::AccuracyCurve;
 use crate::estimate::corridor::{ExactLine, Quality};
 use crate::estimate::hull::{Point, Side};
-use crate::estimate::segments::{Buckets, Cut, HullBucket};
-use crate::estimate::timebase::{TimebaseChoice, Timebases};
 use crate::estimate::linreg::{LinRegAccumulator, LinRegFit};
 use crate::estimate::reduction::{Edge, Weight};
+use crate::estimate::segments::{Buckets, Cut, HullBucket};
+use crate::estimate::timebase::{TimebaseChoice, Timebases};
 use crate::input::InputSet;
 use crate::input::error::InputError;
 use crate::matching::{MatchOptions, MatchStats};
@@ -732,7 +732,12 @@ fn piecewise(
         let end = cuts
             .get(k + 1)
             .map_or(last_ns, |next| buckets[next.first].start_ns);
-        segment(&buckets[cuts[k].first..=cuts[k].last], cuts[k].bend_ns, end, relax)
+        segment(
+            &buckets[cuts[k].first..=cuts[k].last],
+            cuts[k].bend_ns,
+            end,
+            relax,
+        )
     };
     let mut segments: Vec<PairSegment> = (0..cuts.len()).map(|k| estimate(&cuts, k)).collect();
     // A segment without an accurate estimate joins a neighbour when together they have one;

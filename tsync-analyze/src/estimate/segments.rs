@@ -187,7 +187,11 @@ pub(crate) fn cut(buckets: &[HullBucket], slope: f64) -> Vec<Cut> {
     // Runs of residuals → runs of buckets: each boundary halfway between two residual buckets.
     let mut cuts = Vec::with_capacity(runs.len());
     for (k, run) in runs.iter().enumerate() {
-        let first = if k == 0 { 0 } else { residuals[run.start].bucket };
+        let first = if k == 0 {
+            0
+        } else {
+            residuals[run.start].bucket
+        };
         let last = match runs.get(k + 1) {
             Some(next) => residuals[next.start].bucket - 1,
             None => buckets.len() - 1,
@@ -202,7 +206,11 @@ pub(crate) fn cut(buckets: &[HullBucket], slope: f64) -> Vec<Cut> {
     cuts
 }
 
-/// The residual of every bucket that has messages both ways.
+/// The residual of every bucket that has messages both ways. A bucket's corridor centre depends
+/// on the slope it is taken at: at the whole pair's slope, a clock whose rate wandered by a few
+/// ppm tilts each bucket's corridor by microseconds, and which extreme points bound it becomes
+/// random. So a first pass at the whole pair's slope gives the rough shape, and a second takes
+/// each bucket at its local slope (its neighbours' chord).
 fn residuals(buckets: &[HullBucket], slope: f64) -> Vec<Residual> {
     let Some(origin) = buckets
         .iter()
@@ -211,35 +219,59 @@ fn residuals(buckets: &[HullBucket], slope: f64) -> Vec<Residual> {
     else {
         return Vec::new();
     };
-    // Exact integer differences first, so that epoch-sized times keep their nanoseconds.
-    let along = |p: &Point| {
-        let dx = (p.x as i128 - origin.x as i128) as f64;
-        let dy = (p.y as i128 - origin.y as i128) as f64;
-        (dx, dy - slope * dx)
-    };
-    buckets
+    let usable: Vec<usize> = (0..buckets.len())
+        .filter(|&i| !buckets[i].lower.is_empty() && !buckets[i].upper.is_empty())
+        .collect();
+    let first: Vec<Residual> = usable
         .iter()
-        .enumerate()
-        .filter(|(_, b)| !b.lower.is_empty() && !b.upper.is_empty())
-        .map(|(i, b)| {
-            // Lower points (a→b) bound the offset from above, upper points from below.
-            let above = b.lower.iter().map(|p| along(p).1).fold(f64::INFINITY, f64::min);
-            let below = b
-                .upper
-                .iter()
-                .map(|p| along(p).1)
-                .fold(f64::NEG_INFINITY, f64::max);
-            let xs = b.lower.iter().chain(&b.upper).map(|p| along(p).0);
-            let (lo, hi) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
-                (lo.min(x), hi.max(x))
-            });
-            Residual {
-                bucket: i,
-                t: (lo + hi) / 2.0,
-                centre: (above + below) / 2.0,
-            }
+        .map(|&i| centre(&buckets[i], i, origin, slope, slope))
+        .collect();
+    const REACH: usize = 4;
+    (0..first.len())
+        .map(|k| {
+            let (lo, hi) = (k.saturating_sub(REACH), (k + REACH).min(first.len() - 1));
+            let local = if first[hi].t > first[lo].t {
+                slope + (first[hi].centre - first[lo].centre) / (first[hi].t - first[lo].t)
+            } else {
+                slope
+            };
+            centre(&buckets[usable[k]], usable[k], origin, local, slope)
         })
         .collect()
+}
+
+/// A bucket's corridor centre at slope `local`, at the middle of its points, as a residual from
+/// the line of slope `slope` through `origin`.
+fn centre(b: &HullBucket, index: usize, origin: Point, local: f64, slope: f64) -> Residual {
+    // Exact integer differences first, so that epoch-sized times keep their nanoseconds.
+    let d = |p: &Point| {
+        (
+            (p.x as i128 - origin.x as i128) as f64,
+            (p.y as i128 - origin.y as i128) as f64,
+        )
+    };
+    let (lo, hi) = b
+        .lower
+        .iter()
+        .chain(&b.upper)
+        .map(|p| d(p).0)
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+            (lo.min(x), hi.max(x))
+        });
+    let t = (lo + hi) / 2.0;
+    // Offsets of the lines of slope `local` through each point, measured at t: lower points (a→b)
+    // bound the relation from above, upper points (b→a) from below.
+    let at_t = |p: &Point| {
+        let (x, y) = d(p);
+        y + local * (t - x)
+    };
+    let above = b.lower.iter().map(at_t).fold(f64::INFINITY, f64::min);
+    let below = b.upper.iter().map(at_t).fold(f64::NEG_INFINITY, f64::max);
+    Residual {
+        bucket: index,
+        t,
+        centre: (above + below) / 2.0 - slope * t,
+    }
 }
 
 /// The residuals' noise: the median absolute second difference, scaled to a Gaussian σ (a
@@ -393,7 +425,10 @@ mod tests {
             let d = delay(&mut rng);
             b.push_ab(Point::new(t, (x + offset(x) + d) as i64));
             let d = delay(&mut rng);
-            b.push_ba(Point::new(t + 5_000_000, (x + 5e6 + offset(x + 5e6) - d) as i64));
+            b.push_ba(Point::new(
+                t + 5_000_000,
+                (x + 5e6 + offset(x + 5e6) - d) as i64,
+            ));
             t += 20_000_000;
         }
         b.finish()

@@ -8,8 +8,8 @@ use serde_json::Value;
 use crate::estimate::accuracy::AccuracyStats;
 use crate::estimate::corridor::Quality;
 use crate::estimate::{LimitLine, PairResult, PairSegment, SyncResult, TraceResult};
-use crate::model::PiecewiseMap;
 use crate::matching::MatchStats;
+use crate::model::PiecewiseMap;
 
 /// The `sync --json` document: every trace's map onto its reference, every pair's estimate and
 /// quality, what matching did, and the warnings. Field names are a contract (docs/json.md).
@@ -301,7 +301,9 @@ pub fn to_text(r: &SyncResult) -> String {
                     g.messages_ab,
                     g.messages_ba,
                     g.estimate.map_or(f64::NAN, |e| (e.drift - 1.0) * 1e6),
-                    g.accuracy.as_ref().map_or("none".into(), |a| us(a.stats.mean)),
+                    g.accuracy
+                        .as_ref()
+                        .map_or("none".into(), |a| us(a.stats.mean)),
                     us(g.bend_ns)
                 );
             }
