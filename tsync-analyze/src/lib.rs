@@ -67,7 +67,7 @@ pub use estimate::{
 };
 pub use input::info::{ClockSummary, DamageInfo, EventCounts, TraceSummary, inspect};
 pub use input::text;
-pub use input::tracefile::{TraceFile, TraceHeader};
+pub use input::tracefile::{ClockRecord, TraceFile, TraceHeader, read_clock_record};
 pub use input::{
     InputError, InputSet, SNIFF_LEN, Source, SourceKind, TraceInfo, read_prefix, sniff,
     sniff_prefix,

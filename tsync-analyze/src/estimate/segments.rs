@@ -339,12 +339,11 @@ impl Fit {
 
 /// Halves runs of residuals until one line fits each (at least 3 residuals per run).
 fn split(r: &[Residual], sigma: f64, runs: &mut Vec<std::ops::Range<usize>>) {
-    let part = &r[..];
-    if part.len() < 6 || Fit::fits(part, sigma).0 {
+    if r.len() < 6 || Fit::fits(r, sigma).0 {
         runs.push(0..r.len());
         return;
     }
-    let mid = part.len() / 2;
+    let mid = r.len() / 2;
     let mut left = Vec::new();
     split(&r[..mid], sigma, &mut left);
     let mut right = Vec::new();
