@@ -174,6 +174,7 @@ fn write(fig: &Figure, dir: &Path, formats: &[PlotFormat]) -> Vec<std::path::Pat
         chosen: Some(fig.chosen),
         accuracy: &fig.accuracy,
         counts: None,
+        segments: None,
     };
     let hist = HistogramPlot {
         title: "alpha ↔ beta: transfer times",

@@ -46,6 +46,7 @@ pub fn write_plots(
             maxslope: p.maxslope.map(|l| l.line),
             chosen: p.estimate,
             accuracy,
+            segments: p.map.as_ref().filter(|m| !m.is_linear()),
             counts: Some((p.messages_ab, p.messages_ba)),
         };
         let labels = [

@@ -57,6 +57,9 @@ pub struct SyncPlot<'a> {
     pub chosen: Option<Affine>,
     /// The guaranteed interval of `t_b` over `t_a` (may be empty).
     pub accuracy: &'a [AccuracyPoint],
+    /// The pair's map when it has several segments (drawn as a broken line, one vertex per
+    /// segment start); None for a one-line pair, whose map is `chosen`.
+    pub segments: Option<&'a crate::model::PiecewiseMap>,
     /// The real message counts (a→b, b→a) when `ab`/`ba` are only a sample of them (an
     /// envelope kept while streaming): the legend then says how many there were.
     pub counts: Option<(u64, u64)>,
@@ -323,6 +326,7 @@ pub(super) const HULL_BA_COLOR: RGBColor = RGBColor(120, 45, 0);
 pub(super) const MIN_COLOR: RGBColor = RGBColor(44, 160, 44);
 pub(super) const MAX_COLOR: RGBColor = RGBColor(148, 103, 189);
 pub(super) const CHOSEN_COLOR: RGBColor = RGBColor(200, 20, 40);
+pub(super) const SEGMENTS_COLOR: RGBColor = RGBColor(0, 150, 150);
 pub(super) const BAND_COLOR: RGBColor = RGBColor(120, 120, 120);
 
 /// A µs value for an axis label: "0.1", "1", "10", "1000", "1e5" style, without noise digits.

@@ -371,5 +371,37 @@ pub(super) fn draw_sync<DB: DrawingBackend>(
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
     }
 
+    if let Some(map) = plot.segments {
+        let mut xs: Vec<f64> = map
+            .pieces()
+            .iter()
+            .map(|p| p.start_ns)
+            .filter(|&t| t.is_finite())
+            .collect();
+        let (t_lo, t_hi) = (frame.t0 + x_range.0 * 1e9, frame.t0 + x_range.1 * 1e9);
+        xs.retain(|&t| t > t_lo && t < t_hi);
+        xs.insert(0, t_lo);
+        xs.push(t_hi);
+        let knots: Vec<(f64, f64)> = xs.iter().map(|&t| frame.xy(t, map.apply(t))).collect();
+        let starts = knots.len() - 2;
+        chart
+            .draw_series(LineSeries::new(
+                knots.clone(),
+                SEGMENTS_COLOR.stroke_width(3),
+            ))
+            .map_err(err)?
+            .label(format!("piecewise map ({} segments)", map.pieces().len()))
+            .legend(move |(x, y)| {
+                PathElement::new([(x, y), (x + 20, y)], SEGMENTS_COLOR.stroke_width(3))
+            });
+        chart
+            .draw_series(
+                knots[1..=starts]
+                    .iter()
+                    .map(|&p| Circle::new(p, 4, SEGMENTS_COLOR.filled())),
+            )
+            .map_err(err)?;
+    }
+
     legend_and_present(&mut chart, &root)
 }
