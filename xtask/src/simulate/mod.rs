@@ -113,8 +113,8 @@ pub struct SimConfig {
     /// Largest crystal drift, in ppm.
     #[arg(long, default_value_t = 100.0)]
     pub max_drift_ppm: f64,
-    /// Largest rate at which a wandering crystal's frequency changes, in ppm per hour
-    /// (`--clock curved|disciplined`).
+    /// How fast a wandering crystal's frequency changes, in ppm per hour (root mean square; the
+    /// peak is at most √6 times that) (`--clock curved|disciplined`).
     #[arg(long, default_value_t = 2.0)]
     pub wander_ppm_per_hour: f64,
     /// Mean seconds between the NTP daemon's polls, each a frequency step and a phase slew
