@@ -2,25 +2,36 @@
 //! the truth beside them.
 //!
 //! Network namespaces share one real clock, so they can only show linear skews injected by the
-//! agent. The simulator covers what they cannot: NTP-slewed and temperature-curved clocks,
-//! asymmetric minimum delays, heavy-tailed latencies, many nodes. Each node's file is exactly what
-//! `tsync-agent` would have written had it run there, so the analyzer reads it the same way.
+//! agent. The simulator covers what they cannot: crystals that wander with temperature, NTP and
+//! chrony slewing CLOCK_MONOTONIC (and only it: CLOCK_MONOTONIC_RAW keeps following the crystal),
+//! asymmetric minimum delays, heavy-tailed latencies, many nodes, hours of traffic. Each node's
+//! file is what `tsync-agent` would have written had it run there — events stamped with
+//! CLOCK_MONOTONIC, a bracketed clock sample every 20 ms, the kernel's clock discipline when it
+//! changes, a flush every 0.5 s — so the analyzer reads it the same way. The same messages can
+//! also be written as one text message file, the input that has no clock samples at all.
 
+pub mod agent;
 pub mod check;
 pub mod clock;
 pub mod network;
+pub mod ntp;
+#[cfg(test)]
+mod tests;
+pub mod text;
 mod traffic;
 
 use std::collections::BinaryHeap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tsync_common::PacketEvent;
-use tsync_common::format::{AgentOptions, Footer, Header, Interface, TraceWriter};
+use tsync_common::format::{AgentOptions, ClockSample, Footer, Header, Interface, TraceWriter};
 
-pub use clock::{ClockKind, ClockModel};
+use agent::Sampler;
+pub use clock::{ClockKind, ClockModel, Crystal};
 use traffic::Connection;
 
 /// `cargo xtask simulate`.
@@ -31,23 +42,26 @@ pub struct Args {
     /// Output directory.
     #[arg(short, long, default_value = "target/simulate")]
     out: PathBuf,
-    /// Then synchronize the traces with both algorithms and print each node's error against the
-    /// truth.
+    /// Then synchronize what was written (trace files, text file or both) with both algorithms
+    /// and print each node's error against the truth over its whole trace, and whether the
+    /// truth stays inside the guaranteed interval.
     #[arg(long)]
     check: bool,
 }
 
 impl Args {
     pub fn run(self) -> anyhow::Result<()> {
+        let started = std::time::Instant::now();
         let truth = simulate(&self.config, &self.out)?;
         println!(
-            "{} messages among {} nodes written to {}",
+            "{} messages among {} nodes written to {} in {:.1} s",
             truth.messages,
             truth.nodes.len(),
-            self.out.display()
+            self.out.display(),
+            started.elapsed().as_secs_f64()
         );
         if self.check {
-            print!("{}", check::table(&check::measure_both(&truth)?));
+            print!("{}", check::report(&truth)?);
         }
         Ok(())
     }
@@ -57,24 +71,65 @@ impl Args {
 /// negative offsets still give positive times.
 pub const BOOT_NS: f64 = 1000e9;
 
+/// What to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Format {
+    /// One agent trace file per node (`node-K.tsync`).
+    Trace,
+    /// One text message file (`messages.txt`), trace K being node K: no clock samples.
+    Text,
+    /// Both.
+    Both,
+}
+
+impl Format {
+    pub fn traces(self) -> bool {
+        self != Format::Text
+    }
+
+    pub fn text(self) -> bool {
+        self != Format::Trace
+    }
+}
+
 /// What to simulate.
 #[derive(clap::Args, Clone, Debug, Serialize)]
 pub struct SimConfig {
-    /// Number of nodes; node 0 has a perfect clock.
+    /// Number of nodes; node 0's crystal is perfect (its CLOCK_MONOTONIC is still slewed when a
+    /// daemon runs).
     #[arg(long, default_value_t = 4)]
     pub nodes: usize,
-    /// Simulated seconds.
+    /// Simulated seconds. An hour at the default rate is ~3.2 million messages and ~0.5 GB of
+    /// trace files.
     #[arg(long, default_value_t = 60.0)]
     pub duration: f64,
-    /// Clock family of every node but node 0.
+    /// Clock family of every node.
     #[arg(long, value_enum, default_value_t = ClockKind::Linear)]
     pub clock: ClockKind,
-    /// Largest clock offset, in ms.
+    /// Largest CLOCK_MONOTONIC offset at the start, in ms.
     #[arg(long, default_value_t = 50.0)]
     pub max_offset_ms: f64,
-    /// Largest drift, in ppm.
+    /// Largest crystal drift, in ppm.
     #[arg(long, default_value_t = 100.0)]
     pub max_drift_ppm: f64,
+    /// How fast a wandering crystal's frequency changes, in ppm per hour (root mean square; the
+    /// peak is at most √6 times that) (`--clock curved|disciplined`).
+    #[arg(long, default_value_t = 2.0)]
+    pub wander_ppm_per_hour: f64,
+    /// Mean seconds between the NTP daemon's polls, each a frequency step and a phase slew
+    /// (`--clock slewed|disciplined`).
+    #[arg(long, default_value_t = 16.0)]
+    pub ntp_poll: f64,
+    /// Standard deviation of the daemon's offset measurements, in µs.
+    #[arg(long, default_value_t = 50.0)]
+    pub ntp_noise_us: f64,
+    /// Share of the daemon's measurements that are 1–4 ms off (slewed away at the full rate).
+    #[arg(long, default_value_t = 0.05)]
+    pub ntp_outliers: f64,
+    /// Largest phase-slew rate, in ppm (the kernel's PLL limit).
+    #[arg(long, default_value_t = 500.0)]
+    pub max_slew_ppm: f64,
     /// Request/response exchanges per second between each pair of nodes.
     #[arg(long, default_value_t = 50.0)]
     pub rate: f64,
@@ -87,6 +142,9 @@ pub struct SimConfig {
     /// Mean extra delay above the minimum, in µs.
     #[arg(long, default_value_t = 20.0)]
     pub mean_extra_us: f64,
+    /// What to write: agent trace files, one text message file, or both.
+    #[arg(long, value_enum, default_value_t = Format::Trace)]
+    pub format: Format,
     /// Random seed: the same seed gives the same files.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -99,35 +157,45 @@ pub struct Truth {
     pub boot_ns: f64,
     pub nodes: Vec<NodeTruth>,
     pub messages: u64,
+    /// The text message file, when written (`--format text|both`).
+    pub text: Option<PathBuf>,
 }
 
 /// One simulated node.
 #[derive(Serialize, Debug, Clone)]
 pub struct NodeTruth {
     pub name: String,
+    /// Its trace file; written unless `--format text`.
     pub file: PathBuf,
     pub clock: ClockModel,
     pub events: u64,
-    /// Local times of the node's first and last events (ns).
+    /// Local times (CLOCK_MONOTONIC) of the node's first and last events (ns).
     pub first_ns: u64,
     pub last_ns: u64,
+    /// Clock samples and kernel clock states written (0 with `--format text`).
+    pub samples: u64,
+    pub kernel_states: u64,
 }
 
 impl Truth {
-    /// Maps a local time of trace `k` to what trace `r`'s clock read at the same true instant.
+    /// Maps a local time of trace `k` (its CLOCK_MONOTONIC, what its events are stamped with)
+    /// to what trace `r`'s CLOCK_MONOTONIC read at the same true instant: exactly what the
+    /// analyzer's map of trace `k` onto reference `r` should give.
     pub fn map(&self, k: usize, r: usize, t_k: f64) -> f64 {
         let t = self.nodes[k].clock.true_time(t_k - self.boot_ns);
-        self.nodes[r].clock.local(t) + self.boot_ns
+        self.nodes[r].clock.mono(t) + self.boot_ns
     }
 }
 
-/// One event waiting in a node's reorder buffer, ordered by local time (earliest first).
+/// One event waiting in a node's reorder buffer, ordered by local time (earliest first), then
+/// by when it was queued, so that the order of equal times never depends on when the buffer is
+/// drained.
 #[derive(PartialEq, Eq)]
-struct Pending(PacketEvent);
+struct Pending(u64, PacketEvent);
 
 impl Ord for Pending {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        other.0.ts_ns.cmp(&self.0.ts_ns)
+        (other.1.ts_ns, other.0).cmp(&(self.1.ts_ns, self.0))
     }
 }
 
@@ -137,37 +205,170 @@ impl PartialOrd for Pending {
     }
 }
 
-/// A node being written: its clock, its file, and events not yet safe to write.
+/// A node being written: its clock, its file, its sampling timer, and events not yet safe to
+/// write.
 struct Node {
     clock: ClockModel,
-    writer: TraceWriter<std::io::BufWriter<std::fs::File>>,
+    writer: Option<TraceWriter<std::io::BufWriter<std::fs::File>>>,
+    sampler: Sampler,
     pending: BinaryHeap<Pending>,
+    queued: u64,
     events: u64,
+    sent: u64,
     first_ns: Option<u64>,
     last_ns: u64,
+    samples: u64,
+    kernel_states: u64,
+    last_sample: Option<ClockSample>,
 }
 
 impl Node {
     fn local_ns(&self, t: f64) -> u64 {
-        (self.clock.local(t) + BOOT_NS).round() as u64
+        (self.clock.mono(t) + BOOT_NS).round() as u64
+    }
+
+    fn queue(&mut self, event: PacketEvent) {
+        self.queued += 1;
+        self.pending.push(Pending(self.queued, event));
     }
 
     /// Writes the pending events that happened before true time `t`: every later event of this
     /// node happens after `t`, so its local time is larger (clocks only go forward).
     fn flush_before(&mut self, t: f64) -> anyhow::Result<()> {
         let horizon = self.local_ns(t);
-        while self.pending.peek().is_some_and(|p| p.0.ts_ns <= horizon) {
-            let event = self.pending.pop().expect("peeked").0;
-            self.writer.write_event(&event)?;
+        while self.pending.peek().is_some_and(|p| p.1.ts_ns <= horizon) {
+            let event = self.pending.pop().expect("peeked").1;
+            if let Some(writer) = &mut self.writer {
+                writer.write_event(&event)?;
+            }
             self.events += 1;
+            self.sent += u64::from(event.direction == tsync_common::direction::SEND);
             self.first_ns.get_or_insert(event.ts_ns);
             self.last_ns = event.ts_ns;
         }
         Ok(())
     }
+
+    /// Brings the file up to true time `t`: the clock samples due before `t`, each after the
+    /// events that precede it, then the remaining events before `t`.
+    fn advance(&mut self, t: f64) -> anyhow::Result<()> {
+        if self.writer.is_some() {
+            while self.sampler.next_true_ns() <= t {
+                let at = self.sampler.next_true_ns();
+                self.flush_before(at)?;
+                let reading = self.sampler.take(&self.clock);
+                self.write_reading(reading)?;
+            }
+        }
+        self.flush_before(t)
+    }
+
+    fn write_reading(&mut self, reading: agent::Reading) -> anyhow::Result<()> {
+        let Some(writer) = &mut self.writer else {
+            return Ok(());
+        };
+        if let Some(state) = reading.kernel {
+            writer.write_kernel_clock(state)?;
+            self.kernel_states += 1;
+        }
+        writer.write_clock_sample(reading.sample)?;
+        self.samples += 1;
+        self.last_sample = Some(reading.sample);
+        if reading.flush {
+            writer.flush()?;
+        }
+        Ok(())
+    }
 }
 
-/// Simulates `config` and writes `node-K.tsync` files and `truth.json` into `out`.
+/// A random stream of its own for node `k` and `purpose`, so that what the kernel models draw
+/// leaves the main stream (traffic, and `--clock linear`'s clocks) exactly as it was.
+fn substream(seed: u64, k: usize, purpose: u64) -> StdRng {
+    let mut x = seed ^ 0x5349_4d55_4c41_5445; // "SIMULATE"
+    for v in [k as u64, purpose] {
+        // SplitMix64 steps.
+        x = x.wrapping_add(v.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^= x >> 31;
+    }
+    StdRng::seed_from_u64(x)
+}
+
+/// How long the agents keep recording after the last exchange started (true ns): every packet
+/// of it has arrived by then (each delay is capped at 20 ms).
+const TAIL_NS: f64 = 0.5e9;
+
+/// Node `k`'s clocks. The offset and drift come from the main stream (as they always did), the
+/// rest from the node's own.
+fn draw_clock(
+    config: &SimConfig,
+    k: usize,
+    end_ns: f64,
+    rng: &mut StdRng,
+) -> anyhow::Result<ClockModel> {
+    let (offset_ns, drift_ppm) = if k == 0 {
+        (0.0, 0.0)
+    } else {
+        let max_offset_ns = config.max_offset_ms * 1e6;
+        (
+            rng.random_range(-max_offset_ns..=max_offset_ns),
+            rng.random_range(-config.max_drift_ppm..=config.max_drift_ppm),
+        )
+    };
+    let mut own = substream(config.seed, k, 1);
+    let kind = config.clock;
+    let unsynchronized_realtime = SIM_EPOCH_REALTIME_NS - BOOT_NS as i64;
+    if !kind.slewed() {
+        let raw = if kind.wanders() && k > 0 {
+            Crystal::wander(offset_ns, drift_ppm, config.wander_ppm_per_hour, &mut own)
+        } else {
+            Crystal::Linear {
+                offset_ns,
+                drift_ppm,
+            }
+        };
+        return Ok(ClockModel::unslewed(raw, unsynchronized_realtime));
+    }
+    anyhow::ensure!(
+        config.ntp_poll > 0.0 && config.max_slew_ppm > 0.0 && config.max_slew_ppm < 5000.0,
+        "--ntp-poll must be positive and --max-slew-ppm within (0, 5000)"
+    );
+    // CLOCK_MONOTONIC starts at the drawn offset. CLOCK_MONOTONIC_RAW is off from it by what the
+    // daemon's frequency correction (about −drift) took away over the node's uptime before the
+    // recording (1–10 h): seconds apart on a real node, and not knowable from the events.
+    let uptime_ns = own.random_range(3600e9..36000e9);
+    let raw_offset_ns = offset_ns + drift_ppm * 1e-6 * uptime_ns;
+    let raw = if kind.wanders() && k > 0 {
+        Crystal::wander(
+            raw_offset_ns,
+            drift_ppm,
+            config.wander_ppm_per_hour,
+            &mut own,
+        )
+    } else {
+        Crystal::Linear {
+            offset_ns: raw_offset_ns,
+            drift_ppm,
+        }
+    };
+    let mut clock = ClockModel::unslewed(raw, 0);
+    let daemon = ntp::Daemon {
+        poll_s: config.ntp_poll,
+        noise_ns: config.ntp_noise_us * 1e3,
+        outliers: config.ntp_outliers,
+        max_slew_ppm: config.max_slew_ppm,
+    };
+    let realtime_error = daemon.discipline(&mut clock, offset_ns, end_ns, &mut own);
+    // Realtime = monotonic + this reads UTC plus the daemon's error at true time 0.
+    // (Integers: an f64 near 1.8·10¹⁸ ns only holds multiples of 256 ns.)
+    clock.realtime_minus_monotonic_ns =
+        SIM_EPOCH_REALTIME_NS - BOOT_NS as i64 + (realtime_error - offset_ns).round() as i64;
+    Ok(clock)
+}
+
+/// Simulates `config` and writes, into `out`, `node-K.tsync` files and/or `messages.txt`, and
+/// `truth.json`.
 pub fn simulate(config: &SimConfig, out: &Path) -> anyhow::Result<Truth> {
     anyhow::ensure!(config.nodes >= 2, "a simulation needs at least 2 nodes");
     anyhow::ensure!(
@@ -175,25 +376,23 @@ pub fn simulate(config: &SimConfig, out: &Path) -> anyhow::Result<Truth> {
         "duration and rate must be positive"
     );
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(config.seed);
+    let mut rng = StdRng::seed_from_u64(config.seed);
     let duration_ns = config.duration * 1e9;
+    let end_ns = duration_ns + TAIL_NS;
     let mut nodes = Vec::new();
     let mut truth_nodes = Vec::new();
     for k in 0..config.nodes {
-        let clock = if k == 0 {
-            ClockModel::perfect()
-        } else {
-            ClockModel::random(
-                config.clock,
-                config.max_offset_ms * 1e6,
-                config.max_drift_ppm,
-                duration_ns,
-                &mut rng,
-            )
-        };
+        let clock = draw_clock(config, k, end_ns + 1e9, &mut rng)?;
         let name = format!("sim-{k}");
         let file = out.join(format!("node-{k}.tsync"));
-        let writer = TraceWriter::create(&file, &node_header(&name, k, config))?;
+        let writer = if config.format.traces() {
+            Some(TraceWriter::create(
+                &file,
+                &node_header(&name, k, config, &clock),
+            )?)
+        } else {
+            None
+        };
         truth_nodes.push(NodeTruth {
             name,
             file,
@@ -201,16 +400,39 @@ pub fn simulate(config: &SimConfig, out: &Path) -> anyhow::Result<Truth> {
             events: 0,
             first_ns: 0,
             last_ns: 0,
+            samples: 0,
+            kernel_states: 0,
         });
+        let sampler = Sampler::new(&clock, config.clock.slewed(), substream(config.seed, k, 2));
         nodes.push(Node {
             clock,
             writer,
+            sampler,
             pending: BinaryHeap::new(),
+            queued: 0,
             events: 0,
+            sent: 0,
             first_ns: None,
             last_ns: 0,
+            samples: 0,
+            kernel_states: 0,
+            last_sample: None,
         });
     }
+    let text_path = out.join("messages.txt");
+    let mut text = if config.format.text() {
+        Some(text::TextWriter::create(
+            &text_path,
+            config.nodes,
+            &format!(
+                "cargo xtask simulate: {} nodes, {} s, --clock {:?}, seed {}; CLOCK_MONOTONIC \
+                 times, trace K is node K",
+                config.nodes, config.duration, config.clock, config.seed
+            ),
+        )?)
+    } else {
+        None
+    };
     let mut connections = traffic::connections(config, &mut rng);
     let mut messages = 0u64;
     // Exchanges start in true-time order across all connections.
@@ -225,35 +447,53 @@ pub fn simulate(config: &SimConfig, out: &Path) -> anyhow::Result<Truth> {
             break;
         }
         for node in &mut nodes {
-            node.flush_before(start)?;
+            node.advance(start)?;
+        }
+        if let Some(text) = &mut text {
+            text.write_before(start)?;
         }
         let conn: &mut Connection = &mut connections[c];
         for packet in conn.exchange(start, &mut rng) {
             let mut event = packet.event;
-            for (node, direction, t) in [
+            let mut stamps = [0u64; 2];
+            for (i, (node, direction, t)) in [
                 (packet.from, tsync_common::direction::SEND, packet.sent),
                 (packet.to, tsync_common::direction::RECV, packet.received),
-            ] {
+            ]
+            .into_iter()
+            .enumerate()
+            {
                 event.direction = direction;
                 event.ts_ns = nodes[node].local_ns(t);
                 event.ifindex = 2;
                 event.cpu = rng.random_range(0..2);
-                nodes[node].pending.push(Pending(event));
+                stamps[i] = event.ts_ns;
+                nodes[node].queue(event);
+            }
+            if let Some(text) = &mut text {
+                text.push(packet.sent, packet.from, packet.to, stamps[0], stamps[1]);
             }
             messages += 1;
         }
         let following = start + conn.next_start(&mut rng);
         next.push(std::cmp::Reverse((following as u64, c)));
     }
+    for node in &mut nodes {
+        node.advance(end_ns)?;
+    }
+    if let Some(text) = text {
+        text.finish()?;
+    }
     for (node, truth) in nodes.into_iter().zip(&mut truth_nodes) {
         (truth.first_ns, truth.last_ns) = (node.first_ns.unwrap_or(0), node.last_ns);
-        truth.events = finish_node(node)?;
+        (truth.events, truth.samples, truth.kernel_states) = finish_node(node, end_ns)?;
     }
     let truth = Truth {
         config: config.clone(),
         boot_ns: BOOT_NS,
         nodes: truth_nodes,
         messages,
+        text: config.format.text().then_some(text_path),
     };
     let truth_path = out.join("truth.json");
     std::fs::write(&truth_path, serde_json::to_string_pretty(&truth)?)
@@ -261,20 +501,44 @@ pub fn simulate(config: &SimConfig, out: &Path) -> anyhow::Result<Truth> {
     Ok(truth)
 }
 
-fn finish_node(mut node: Node) -> anyhow::Result<u64> {
+/// Writes the last events, the agent's last clock sample (taken when it stops, at true time
+/// `end_ns`) and the end chunk; returns the events, samples and kernel states written.
+fn finish_node(mut node: Node, end_ns: f64) -> anyhow::Result<(u64, u64, u64)> {
     node.flush_before(f64::INFINITY)?;
+    if node.writer.is_none() {
+        return Ok((node.events, 0, 0));
+    }
+    let last = node.sampler.take_final(&node.clock, end_ns);
+    node.write_reading(last)?;
+    let end = node.last_sample.unwrap_or_default();
     let footer = Footer {
         events: node.events,
+        send_events: node.sent,
+        recv_events: node.events - node.sent,
+        end_realtime_ns: end.realtime_ns,
+        end_monotonic_ns: end.monotonic_ns,
         ..Default::default()
     };
-    node.writer.finish(&footer)?;
-    Ok(node.events)
+    node.writer.take().expect("checked").finish(&footer)?;
+    Ok((node.events, node.samples, node.kernel_states))
 }
 
 /// 2026-01-01 00:00:00 UTC, the simulated nodes' wall-clock time at true time 0.
 const SIM_EPOCH_REALTIME_NS: i64 = 1_767_225_600_000_000_000;
 
-fn node_header(name: &str, k: usize, config: &SimConfig) -> Header {
+fn node_header(name: &str, k: usize, config: &SimConfig, clock: &ClockModel) -> Header {
+    // `--clock linear` keeps the headers it always had: monotonic BOOT_NS at 2026-01-01
+    // 00:00:00 UTC on every node, so exports show plausible dates. Otherwise the header holds
+    // the node's own clocks at true time 0, realtime = monotonic + the node's constant.
+    let (start_monotonic_ns, start_realtime_ns) = if config.clock == ClockKind::Linear {
+        (BOOT_NS as u64, SIM_EPOCH_REALTIME_NS)
+    } else {
+        let mono = (clock.mono(0.0) + BOOT_NS).round() as u64;
+        (
+            mono,
+            (mono as i64).saturating_add(clock.realtime_minus_monotonic_ns),
+        )
+    };
     Header {
         node: name.into(),
         hostname: name.into(),
@@ -287,10 +551,8 @@ fn node_header(name: &str, k: usize, config: &SimConfig) -> Header {
             mac: None,
             addresses: vec![format!("{}/16", traffic::address(k))],
         }],
-        // Wall-clock time at the start (monotonic BOOT_NS): 2026-01-01 00:00:00 UTC on every
-        // node (their realtime clocks agree, as NTP keeps them), so exports show plausible dates.
-        start_realtime_ns: SIM_EPOCH_REALTIME_NS,
-        start_monotonic_ns: BOOT_NS as u64,
+        start_realtime_ns,
+        start_monotonic_ns,
         options: AgentOptions {
             agent_version: format!("xtask simulate {}", env!("CARGO_PKG_VERSION")),
             command_line: std::env::args().collect(),
