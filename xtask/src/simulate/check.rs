@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use tsync_analyze::{AccuracyPoint, Algorithm, InputSet, MatchOptions, SyncOptions, SyncResult};
+use tsync_analyze::{Algorithm, InputSet, MatchOptions, SyncOptions, SyncResult};
 
 use super::Truth;
 
@@ -141,37 +141,9 @@ pub fn measure(
 /// pair's `b`), any other trace none. Once `SyncResult::interval` exists, this whole body becomes
 /// `sync.interval(trace, t_ns)`.
 pub fn guaranteed_interval(sync: &SyncResult, trace: u32, t_ns: i64) -> Option<(f64, f64)> {
-    let reference = sync.traces[trace as usize].reference;
-    if reference == trace {
-        return Some((t_ns as f64, t_ns as f64));
-    }
-    let pair = sync.pair(reference, trace)?;
-    let curve = pair.accuracy.as_ref()?;
-    if pair.b == reference {
-        // The curve bounds the reference's time for this trace's: as is.
-        return curve.at(t_ns);
-    }
-    // The curve bounds this trace's time t_b for the reference's t_a, between two increasing
-    // functions lo ≤ t_b ≤ hi: the true t_a for t_b lies in [hi⁻¹(t_b), lo⁻¹(t_b)].
-    let t = t_ns as f64;
-    let lo = inverse(&curve.points, t, |p| p.hi)?;
-    let hi = inverse(&curve.points, t, |p| p.lo)?;
-    Some((lo, hi))
+    sync.interval(trace, t_ns)
 }
 
-/// The abscissa at which the increasing piecewise-linear `value` of `points` reaches `y`; None
-/// outside the curve's span.
-fn inverse(points: &[AccuracyPoint], y: f64, value: impl Fn(&AccuracyPoint) -> f64) -> Option<f64> {
-    let i = points.partition_point(|p| value(p) < y);
-    let p1 = points.get(i)?;
-    if value(p1) == y {
-        return Some(p1.t_a as f64);
-    }
-    let p0 = points.get(i.checked_sub(1)?)?;
-    let (x0, x1) = (p0.t_a as f64, p1.t_a as f64);
-    let (y0, y1) = (value(p0), value(p1));
-    Some(x0 + (x1 - x0) * (y - y0) / (y1 - y0))
-}
 
 /// Compares each trace's map onto its reference with the truth.
 pub fn compare(truth: &Truth, sync: &SyncResult) -> Vec<NodeAccuracy> {
