@@ -9,6 +9,7 @@ use crate::estimate::accuracy::AccuracyStats;
 use crate::estimate::corridor::Quality;
 use crate::estimate::{LimitLine, PairResult, PairSegment, SyncResult, TraceResult};
 use crate::matching::MatchStats;
+use crate::estimate::timebase::TimebaseChoice;
 use crate::model::PiecewiseMap;
 
 /// The `sync --json` document: every trace's map onto its reference, every pair's estimate and
@@ -35,6 +36,8 @@ struct TraceDocument<'a> {
     segments: Vec<PieceDocument>,
     synchronized: bool,
     path: &'a [u32],
+    timebase: TimebaseChoice,
+    conversion_bound_ns: f64,
 }
 
 /// One piece of a map: `t_to = drift · t + offset_ns` from `start_ns` to the next piece's start
@@ -105,6 +108,8 @@ impl<'a> From<&'a TraceResult> for TraceDocument<'a> {
             segments: pieces(&t.map),
             synchronized: t.synchronized,
             path: &t.path,
+            timebase: t.timebase,
+            conversion_bound_ns: t.conversion_bound_ns,
         }
     }
 }
@@ -349,6 +354,20 @@ pub fn to_text(r: &SyncResult) -> String {
                     .map(|&i| name(i))
                     .collect::<Vec<_>>()
                     .join(" → ")
+            );
+            if !t.map.is_linear() {
+                let _ = writeln!(
+                    s,
+                    "      piecewise: {} pieces (the line above is their chord; --json lists them)",
+                    t.map.pieces().len()
+                );
+            }
+        }
+        if t.timebase == TimebaseChoice::Raw {
+            let _ = writeln!(
+                s,
+                "      estimated on its raw clock (NTP slewing undone from its clock samples, within {})",
+                us(t.conversion_bound_ns)
             );
         }
     }

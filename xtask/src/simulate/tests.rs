@@ -317,6 +317,7 @@ fn the_check_finds_the_truth_inside_the_interval_on_linear_clocks_whichever_the_
             reference: Some(reference.into()),
             matching: MatchOptions::default(),
             linreg_filter_z: None,
+            ..Default::default()
         };
         let sync = tsync_analyze::sync(&inputs, &options, &mut |_| {}).expect("synchronized");
         for row in super::check::compare(&truth, &sync) {
@@ -333,4 +334,45 @@ fn the_check_finds_the_truth_inside_the_interval_on_linear_clocks_whichever_the_
             );
         }
     }
+}
+
+/// The goals of real clocks, checked on shorter runs than the benchmarks' hour: every pair
+/// `accurate`, the truth inside every interval given (at one point per 100 ms), intervals nearly
+/// everywhere, and the largest error over the whole trace within 2 µs.
+fn check_real_clocks(clock: ClockKind, format: super::Format, seconds: f64) {
+    let dir = Scratch::new(&format!("real-{clock:?}-{format:?}"));
+    let mut config = config(clock, seconds);
+    config.format = format;
+    if clock == ClockKind::Curved {
+        config.wander_ppm_per_hour = 4.0;
+    }
+    let truth = simulate(&config, &dir.0).expect("simulated");
+    let input = if format == super::Format::Text {
+        super::check::Input::Text
+    } else {
+        super::check::Input::Traces
+    };
+    let rows = super::check::measure(&truth, input, tsync_analyze::Algorithm::Chull)
+        .expect("synchronized");
+    for row in rows.iter().skip(1) {
+        assert_eq!(row.quality.as_deref(), Some("accurate"), "{row:?}");
+        assert_eq!(row.outside, 0, "{row:?}");
+        assert!(row.with_interval + 5 >= row.points, "{row:?}");
+        assert!(row.max_error_ns <= 2e3, "{row:?}");
+    }
+}
+
+#[test]
+fn slewed_clocks_are_undone_from_the_samples() {
+    check_real_clocks(ClockKind::Slewed, super::Format::Trace, 600.0);
+}
+
+#[test]
+fn disciplined_wandering_clocks_keep_their_guarantees() {
+    check_real_clocks(ClockKind::Disciplined, super::Format::Trace, 600.0);
+}
+
+#[test]
+fn wandering_clocks_without_samples_are_synchronized_piecewise() {
+    check_real_clocks(ClockKind::Curved, super::Format::Text, 1800.0);
 }
