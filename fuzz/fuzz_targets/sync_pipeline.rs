@@ -47,6 +47,7 @@ fuzz_target!(|data: &[u8]| {
         reference: input.reference.then(|| "0".to_string()),
         matching: MatchOptions::default(),
         linreg_filter_z: input.filter.then_some(1.64),
+        ..Default::default()
     };
     let result = match tsync_analyze::sync(&inputs, &options, &mut |_| {}) {
         Ok(result) => result,

@@ -37,7 +37,7 @@ pub fn clc_timeline(
         plot_samples,
     };
     let mut timeline = super::build_timeline(&sync.inputs, &options)?;
-    let times = timeline.linear_times()?;
+    let times = timeline.mapped_times()?;
     let l_min = timeline.l_min(l_min_ns);
     let outcome = timeline.run_clc(times, &l_min, &clc.params())?;
     Ok((timeline, l_min, outcome))

@@ -401,7 +401,7 @@ impl PairAccumulator {
     }
 
     /// A message with its times on the estimation clocks.
-    pub fn converted(&self, m: &Message) -> Message {
+    pub fn converted(&mut self, m: &Message) -> Message {
         Message {
             send_ns: self.timebases.convert(m.send_trace, m.send_ns),
             recv_ns: self.timebases.convert(m.recv_trace, m.recv_ns),
@@ -782,7 +782,12 @@ fn piecewise(
         .collect();
     let knots = segments::joined_knots(&lines);
     let last_drift = lines.last().map(|l| l.2.drift);
-    result.map = Some(PiecewiseMap::through_knots(&knots, last_drift));
+    let map = PiecewiseMap::through_knots(&knots, last_drift);
+    if !map.is_continuous_and_increasing(1.0) {
+        // Segments too short for their lines to meet in order (absurd data): the whole line.
+        return;
+    }
+    result.map = Some(map);
     let all_accurate = segments.iter().all(|s| s.quality == Quality::Accurate);
     result.quality = if all_accurate {
         Quality::Accurate

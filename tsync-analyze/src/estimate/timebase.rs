@@ -69,6 +69,8 @@ impl RawClock {
 pub struct Timebases {
     /// Indexed by trace.
     pub raw: Vec<Option<RawClock>>,
+    /// Per trace, the piece its last converted time fell in (times mostly follow each other).
+    hints: Vec<usize>,
 }
 
 impl Timebases {
@@ -76,6 +78,7 @@ impl Timebases {
     pub fn recorded(traces: usize) -> Self {
         Timebases {
             raw: vec![None; traces],
+            hints: vec![0; traces],
         }
     }
 
@@ -87,10 +90,13 @@ impl Timebases {
 
     /// Converts a recorded time of `trace` (rounded to whole ns, as the hulls need integers).
     #[inline]
-    pub fn convert(&self, trace: u32, t_ns: i64) -> i64 {
-        match self.of(trace) {
-            Some(c) => c.to_raw.apply(t_ns as f64).round() as i64,
-            None => t_ns,
+    pub fn convert(&mut self, trace: u32, t_ns: i64) -> i64 {
+        match self.raw.get(trace as usize) {
+            Some(Some(c)) => c
+                .to_raw
+                .apply_near(t_ns as f64, &mut self.hints[trace as usize])
+                .round() as i64,
+            _ => t_ns,
         }
     }
 

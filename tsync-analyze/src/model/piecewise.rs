@@ -145,6 +145,26 @@ impl PiecewiseMap {
         }
     }
 
+    /// [`apply`](Self::apply) for times that mostly follow each other: `hint` is the piece the
+    /// previous time fell in, checked (and its successor) before any search.
+    #[inline]
+    pub fn apply_near(&self, t_ns: f64, hint: &mut usize) -> f64 {
+        let p = &self.pieces;
+        let fits = |i: usize| {
+            i < p.len()
+                && (i == 0 || p[i].start_ns <= t_ns)
+                && p.get(i + 1).is_none_or(|n| t_ns < n.start_ns)
+        };
+        if !fits(*hint) {
+            *hint = if fits(*hint + 1) {
+                *hint + 1
+            } else {
+                self.piece_index(t_ns)
+            };
+        }
+        p[*hint].line.apply(t_ns)
+    }
+
     /// The rate of the map at `t`.
     pub fn drift_at(&self, t_ns: f64) -> f64 {
         self.piece_at(t_ns).line.drift
@@ -276,6 +296,15 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn applying_near_a_hint_is_applying(knots in increasing_knots(), ts in prop::collection::vec(0.0f64..3e9, 1..50)) {
+            let m = knots_map(&knots);
+            let mut hint = 0;
+            for t in ts {
+                prop_assert_eq!(m.apply_near(t, &mut hint), m.apply(t));
+            }
+        }
+
         #[test]
         fn inverse_undoes_the_map(knots in increasing_knots(), t in 0.0f64..3e9) {
             let m = knots_map(&knots);

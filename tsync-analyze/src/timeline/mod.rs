@@ -8,11 +8,11 @@
 //!    and receive events (for the controlled logical clock and the exported peer events), the
 //!    smallest round trip per pair (for `l_min`), and a bounded envelope of message points per
 //!    pair for the plots ([`PairSamples`]);
-//! 2. [`Timeline::linear_times`]: per trace, every event's linearly corrected time, in event
+//! 2. [`Timeline::mapped_times`]: per trace, every event's time through its map, in event
 //!    order (only the times are held: 8 bytes per event);
 //! 3. [`Timeline::run_clc`]: the controlled logical clock over those times;
 //! 4. [`Timeline::evaluate`]: the per-pair evaluation, streamed again over the inputs for the
-//!    linear correction or taken from the corrected tables after the CLC;
+//!    map (one line or piecewise) or taken from the corrected tables after the CLC;
 //! 5. [`Timeline::export`]: every event streamed from its file, merged by corrected time.
 //!
 //! Text message inputs get synthesized events ([`synthetic`]) so that every step treats them
@@ -202,8 +202,8 @@ impl Timeline {
         self.inputs.traces.len()
     }
 
-    /// A local time of `trace` on its group's reference clock (the linear correction), in ns.
-    pub fn linear(&self, trace: usize, local_ns: i64) -> i64 {
+    /// A local time of `trace` on its group's reference clock (its map: one line or piecewise), in ns.
+    pub fn mapped(&self, trace: usize, local_ns: i64) -> i64 {
         self.sync.traces[trace]
             .map
             .apply(local_ns as f64)
@@ -220,17 +220,17 @@ impl Timeline {
         }
     }
 
-    /// Every event's linearly corrected time, per trace in event order (file order for trace
+    /// Every event's time through its map, per trace in event order (file order for trace
     /// files). A time earlier than its predecessor's (an out-of-order event in the file, or an
     /// unusable timestamp) is raised to it, so that each trace is in order as the CLC needs;
     /// such events are counted in a warning.
-    pub fn linear_times(&mut self) -> Result<Vec<Vec<i64>>, TimelineError> {
+    pub fn mapped_times(&mut self) -> Result<Vec<Vec<i64>>, TimelineError> {
         let mut out = Vec::with_capacity(self.traces());
         for trace in 0..self.traces() {
             let times = match &self.synthetic[trace] {
                 Some(events) => events
                     .iter()
-                    .map(|e| self.linear(trace, e.event.ts_ns as i64))
+                    .map(|e| self.mapped(trace, e.event.ts_ns as i64))
                     .collect(),
                 None => self.file_times(trace)?,
             };
@@ -247,7 +247,7 @@ impl Timeline {
         while let Some(chunk) = file.next_chunk()? {
             for e in chunk {
                 let t = if usable(e) {
-                    self.linear(trace, e.ts_ns as i64)
+                    self.mapped(trace, e.ts_ns as i64)
                 } else {
                     last
                 };
@@ -272,7 +272,7 @@ impl Timeline {
         &self.inputs.sources[self.inputs.traces[trace].source].path
     }
 
-    /// Runs the controlled logical clock on `times` (from [`Timeline::linear_times`]).
+    /// Runs the controlled logical clock on `times` (from [`Timeline::mapped_times`]).
     pub fn run_clc(
         &mut self,
         times: Vec<Vec<i64>>,
@@ -289,7 +289,7 @@ impl Timeline {
     }
 
     /// The evaluation. With `corrected` (the CLC's tables) the kept messages are looked up
-    /// there; without, the inputs are read again and every message is corrected linearly (in
+    /// there; without, the inputs are read again and every message is corrected by the maps (in
     /// constant memory). Accuracy curves come from the synchronization.
     pub fn evaluate(
         &self,
@@ -331,7 +331,7 @@ impl Timeline {
     }
 }
 
-/// The second pass of a linear evaluation: each message corrected by its traces' maps.
+/// The second pass of an evaluation without the CLC: each message corrected by its traces' maps.
 struct LinearEvaluation<'a> {
     timeline: &'a Timeline,
     evaluator: &'a mut Evaluator,
@@ -341,8 +341,8 @@ impl MessageSink for LinearEvaluation<'_> {
     fn message(&mut self, m: &MatchedMessage<'_>) {
         let m = &m.message;
         self.evaluator.add_message(&Message {
-            send_ns: self.timeline.linear(m.send_trace as usize, m.send_ns),
-            recv_ns: self.timeline.linear(m.recv_trace as usize, m.recv_ns),
+            send_ns: self.timeline.mapped(m.send_trace as usize, m.send_ns),
+            recv_ns: self.timeline.mapped(m.recv_trace as usize, m.recv_ns),
             ..*m
         });
     }

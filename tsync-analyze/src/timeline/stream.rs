@@ -159,7 +159,7 @@ impl Timeline {
                     .and_then(|c| c.iter().find(|e| usable(e)).map(|e| e.ts_ns)),
             };
             if let Some(t) = first {
-                earliest = earliest.min(self.linear(trace, t as i64));
+                earliest = earliest.min(self.mapped(trace, t as i64));
             }
         }
         Ok(if earliest == i64::MAX { 0 } else { earliest })
@@ -226,7 +226,7 @@ impl Timeline {
                 index: index as u64,
                 event: e.event,
                 original_ns: original,
-                corrected_ns: table.map_or_else(|| self.linear(trace, original), |t| t[index]),
+                corrected_ns: table.map_or_else(|| self.mapped(trace, original), |t| t[index]),
                 peer: cursor.find(index as u64),
             })
         })
@@ -307,7 +307,7 @@ impl<'a> FileStream<'a> {
                     path: self.file.path().to_path_buf(),
                     index,
                 })?,
-            None => self.timeline.linear(self.trace, original),
+            None => self.timeline.mapped(self.trace, original),
         };
         Ok(Some(OwnedEvent {
             node: self.trace,
