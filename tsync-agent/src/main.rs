@@ -14,6 +14,7 @@ mod privileges;
 mod progress;
 mod recorder;
 mod reorder;
+mod sampler;
 mod summary;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};

@@ -406,7 +406,11 @@ impl<W: Write> TraceWriter<W> {
         }
         if !self.kernel_clock.is_empty() {
             let states = std::mem::take(&mut self.kernel_clock);
-            self.write_chunk(chunk_kind::KERNEL_CLOCK, &encode(&states)?, states.len() as u32)?;
+            self.write_chunk(
+                chunk_kind::KERNEL_CLOCK,
+                &encode(&states)?,
+                states.len() as u32,
+            )?;
         }
         self.out
             .flush()
