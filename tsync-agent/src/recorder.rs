@@ -28,7 +28,7 @@ use crate::{
     loader::{Capture, Logger},
     progress::Progress,
     reorder::{Reorder, WINDOW_NS},
-    sampler::{ClockRecord, SAMPLE_PERIOD, Sampler},
+    sampler::{ClockRecord, Sampler},
     summary::Summary,
 };
 
@@ -156,6 +156,9 @@ pub struct RecordPlan {
     pub path: PathBuf,
     pub header: Header,
     pub skew: Option<ClockSkew>,
+    /// The clock sampler, started before the programs were loaded; its records so far go into
+    /// the file at the first flush.
+    pub sampler: Sampler,
     pub duration: Option<Duration>,
     pub ready_message: String,
 }
@@ -175,9 +178,7 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
         send_events: 0,
         recv_events: 0,
     };
-    // The sampler takes its first sample and the kernel's clock state at once.
-    let sampler =
-        Sampler::start(plan.skew, SAMPLE_PERIOD).context("cannot start the clock sampler")?;
+    let sampler = plan.sampler;
     let started = Instant::now();
     let mut progress = Progress::new();
     console::err(&plan.ready_message);
