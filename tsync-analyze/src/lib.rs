@@ -64,7 +64,10 @@ pub use estimate::{
     Algorithm, LimitLine, PairResult, SyncError, SyncOptions, SyncResult, TraceResult, run as sync,
     run_messages as sync_messages,
 };
-pub use input::info::{ClockSummary, DamageInfo, EventCounts, TraceSummary, inspect};
+pub use input::info::{
+    ClockSummary, DamageInfo, EventCounts, KernelClockSummary, TraceSummary, inspect,
+};
+pub use input::slew::{RateHistory, SlewCorrection, SlewSummary, SlewUnavailable};
 pub use input::text;
 pub use input::tracefile::{TraceFile, TraceHeader};
 pub use input::{
@@ -74,7 +77,7 @@ pub use input::{
 pub use matching::{DEFAULT_WINDOW_NS, MatchOptions, MatchStats};
 pub use model::{
     Affine, EventRef, Exchange, MatchedMessage, Message, MessageRef, MessageSink, Origin,
-    PairLatency,
+    PairLatency, Piece, PiecewiseMap,
 };
 pub use timeline::{
     Envelope, EventSink, ExportEvent, ExportSummary, PairSamples, PeerRef, SinkError, Timeline,

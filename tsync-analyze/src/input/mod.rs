@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod info;
+pub mod slew;
 pub mod text;
 pub mod tracefile;
 

@@ -6,7 +6,9 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use tsync_common::format::{ClockSample, Damage, Footer, FormatError, LostCounts, TraceReader};
+use tsync_common::format::{
+    ClockSample, Damage, Footer, FormatError, KernelClock, LostCounts, TraceReader,
+};
 use tsync_common::{PacketEvent, direction};
 
 use crate::input::error::InputError;
@@ -94,6 +96,22 @@ impl TraceFile {
     /// The clock samples read so far.
     pub fn clock_samples(&self) -> &[ClockSample] {
         self.reader.clock_samples()
+    }
+
+    /// Format version of the file (1 or 2).
+    pub fn version(&self) -> u32 {
+        self.reader.version()
+    }
+
+    /// Whether the clock samples bracket their raw reading (version 2 on): only then can the
+    /// slewing be undone with a bound ([`SlewCorrection`](crate::SlewCorrection)).
+    pub fn samples_bracketed(&self) -> bool {
+        self.reader.samples_bracketed()
+    }
+
+    /// The kernel's clock-discipline states read so far (version 2 on).
+    pub fn kernel_clock(&self) -> &[KernelClock] {
+        self.reader.kernel_clock()
     }
 
     /// The kernel's lost-event counts read so far.
