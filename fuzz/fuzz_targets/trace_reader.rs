@@ -1,5 +1,5 @@
 //! Arbitrary bytes as a trace file through the streaming reader: preamble, header, every event
-//! chunk, clock samples, lost counts, footer and damage. Errors are fine; a panic, an abort, an
+//! chunk, clock samples (version 1 and 2), kernel clock states, lost counts, footer and damage. Errors are fine; a panic, an abort, an
 //! allocation past the memory limit or a hang is a bug.
 //!
 //! Each input is read as it is and, when it starts like a trace file, once more with its chunk
@@ -16,7 +16,9 @@ use std::io::Read;
 
 use libfuzzer_sys::fuzz_target;
 use tsync_common::PacketEvent;
-use tsync_common::format::{ClockSample, Damage, Footer, Header, LostCounts, TraceReader};
+use tsync_common::format::{
+    ClockSample, Damage, Footer, Header, KernelClock, LostCounts, TraceReader,
+};
 
 /// Everything a reader reports about one input (compared through `Debug`: the header holds
 /// floats, which may be NaN).
@@ -26,7 +28,10 @@ struct Outcome {
     header: Header,
     /// Events per chunk, in file order.
     chunks: Vec<Vec<PacketEvent>>,
+    version: u32,
+    bracketed: bool,
     samples: Vec<ClockSample>,
+    kernel_clock: Vec<KernelClock>,
     lost: LostCounts,
     lost_total: u64,
     footer: Option<Footer>,
@@ -65,7 +70,10 @@ fn read(input: impl Read) -> Result<Outcome, String> {
     Ok(Outcome {
         header,
         chunks,
+        version: reader.version(),
+        bracketed: reader.samples_bracketed(),
         samples: reader.clock_samples().to_vec(),
+        kernel_clock: reader.kernel_clock().to_vec(),
         lost: reader.lost().clone(),
         lost_total: reader.lost().total(),
         footer: reader.footer().cloned(),
@@ -105,6 +113,12 @@ fuzz_target!(|data: &[u8]| {
 fn check(data: &[u8]) {
     let whole = read(data);
     if let Ok(outcome) = &whole {
+        if !outcome.bracketed {
+            // Version 1 samples come back with the second monotonic reading equal to the first.
+            assert_eq!(outcome.version, 1);
+            assert!(outcome.samples.iter().all(|s| s.bracket_ns() == 0));
+            assert!(outcome.kernel_clock.is_empty());
+        }
         let events: usize = outcome.chunks.iter().map(Vec::len).sum();
         assert!(events * std::mem::size_of::<PacketEvent>() <= data.len());
         if let Some(d) = &outcome.damage {

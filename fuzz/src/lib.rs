@@ -87,6 +87,8 @@ pub fn repair_checksums(data: &[u8]) -> Option<Vec<u8>> {
 
 /// Start of an input that describes a trace file as a list of chunks (see [`build_trace`]).
 pub const CHUNK_LIST: &[u8] = b"CHUNKS";
+/// Start of a chunk list that describes a version 1 trace file (the reader still reads them).
+pub const CHUNK_LIST_V1: &[u8] = b"CHUNKSv1";
 /// What comes before every chunk of such a list.
 pub const CHUNK_SEPARATOR: &[u8] = b"\xc4\xc4\xc4\xc4";
 
@@ -94,19 +96,22 @@ pub const CHUNK_SEPARATOR: &[u8] = b"\xc4\xc4\xc4\xc4";
 /// [`CHUNK_LIST`]:
 ///
 /// ```text
-/// "CHUNKS" then, per chunk: separator 0xC4C4C4C4 | kind (1 byte) | payload
+/// "CHUNKS" or "CHUNKSv1" then, per chunk: separator 0xC4C4C4C4 | kind (1 byte) | payload
 /// ```
 ///
-/// The file gets the current version's preamble, and every chunk its length, checksum, record count (the
+/// The file gets the current version's preamble ([`CHUNK_LIST_V1`]: version 1's), and every chunk its length, checksum, record count (the
 /// whole records in the payload for events and clock samples, 1 otherwise) and padding. A mutation
 /// that inserts or removes bytes in a payload (a longer string or number in the bincode of the
 /// header, the lost counts or the footer; one event more) still gives a chunk that passes the
 /// checksum, which a mutation of the file itself almost never does.
 pub fn build_trace(data: &[u8]) -> Option<Vec<u8>> {
-    let rest = data.strip_prefix(CHUNK_LIST)?;
+    let (version, rest) = match data.strip_prefix(CHUNK_LIST_V1) {
+        Some(rest) => (1u32, rest),
+        None => (tsync_common::format::VERSION, data.strip_prefix(CHUNK_LIST)?),
+    };
     let mut out = Vec::with_capacity(16 + rest.len() + 24 * 8);
     out.extend_from_slice(&tsync_common::format::MAGIC);
-    out.extend_from_slice(&tsync_common::format::VERSION.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     for piece in split(rest, CHUNK_SEPARATOR) {
         let Some((&kind, payload)) = piece.split_first() else {
@@ -114,7 +119,8 @@ pub fn build_trace(data: &[u8]) -> Option<Vec<u8>> {
         };
         let record = match kind {
             2 => std::mem::size_of::<tsync_common::PacketEvent>(),
-            // Version 1 samples (refused in a current file, which the reader must say).
+            // Version 1 samples (refused in a version 2 file, which the reader must say; and
+            // version 2's kinds 6 and 7 in a version 1 file).
             3 => 32,
             6 => std::mem::size_of::<tsync_common::format::ClockSample>(),
             _ => 0,

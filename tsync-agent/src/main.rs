@@ -14,6 +14,7 @@ mod privileges;
 mod progress;
 mod recorder;
 mod reorder;
+mod sampler;
 mod summary;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
@@ -145,6 +146,10 @@ fn record(args: RecordArgs) -> Result<()> {
     };
     let start = clock::sample(args.clock_skew.as_ref());
     let header = header(&args, netns_inode, &start)?;
+    // Sampling starts before the programs are loaded, so that every event lies between two
+    // clock samples: the analyzer's slew bound grows quickly outside them.
+    let sampler = sampler::Sampler::start(args.clock_skew, sampler::SAMPLE_PERIOD)
+        .context("cannot start the clock sampler")?;
     let capture = Capture::load(&LoadOptions {
         ring_size: loader::check_ring_size(args.ring_size).map_err(anyhow::Error::msg)?,
         netns_inode,
@@ -164,6 +169,7 @@ fn record(args: RecordArgs) -> Result<()> {
         path: args.output.clone(),
         header,
         skew: args.clock_skew,
+        sampler,
         duration: args.duration.map(Duration::from_secs_f64),
         ready_message,
     };

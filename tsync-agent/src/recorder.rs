@@ -1,5 +1,6 @@
 //! The recording loop: drains the ring buffer as it fills, restores time order, applies the clock
-//! skew, writes events, clock samples and lost counters, and stops on a signal or the duration.
+//! skew, writes events, the clock sampler's records and lost counters, and stops on a signal or
+//! the duration.
 use std::{
     fs::File,
     io::BufWriter,
@@ -27,11 +28,14 @@ use crate::{
     loader::{Capture, Logger},
     progress::Progress,
     reorder::{Reorder, WINDOW_NS},
+    sampler::{ClockRecord, Sampler},
     summary::Summary,
 };
 
-/// Period of clock samples and lost-counter records (the trace format promises at most 1 s).
-const SAMPLE_PERIOD: Duration = Duration::from_millis(500);
+/// Period of flushes: the pending events and clock records go out, with the lost counters, so a
+/// file cut short (kill -9, power loss) loses at most this much. Clock samples are taken more
+/// often (the sampler's period) on a thread of their own.
+const FLUSH_PERIOD: Duration = Duration::from_millis(500);
 /// Period of ring buffer drains. The programs wake the agent only when the ring fills up (a wakeup
 /// per event would cost an interrupt per packet), so the agent mostly drains on this timer.
 const DRAIN_PERIOD: Duration = Duration::from_millis(10);
@@ -101,13 +105,22 @@ impl Sink {
         self.send_events + self.recv_events
     }
 
-    /// Writes a clock sample and the current lost counters, and flushes, so that a file cut short
-    /// (kill -9, power loss) loses at most one sample period.
-    fn sample(&mut self, lost: &LostCounts) -> Result<()> {
-        let s = clock::sample(self.skew.as_ref());
+    /// Writes the sampler's records, the current lost counters, and flushes, so that a file cut
+    /// short (kill -9, power loss) loses at most one flush period.
+    fn flush(
+        &mut self,
+        clock: impl IntoIterator<Item = ClockRecord>,
+        lost: &LostCounts,
+    ) -> Result<()> {
+        for record in clock {
+            match record {
+                ClockRecord::Sample(s) => self.writer.write_clock_sample(s),
+                ClockRecord::Kernel(k) => self.writer.write_kernel_clock(k),
+            }
+            .map_err(|e| write_error(&self.path, e))?;
+        }
         self.writer
-            .write_clock_sample(s)
-            .and_then(|()| self.writer.write_lost(lost))
+            .write_lost(lost)
             .and_then(|()| self.writer.flush())
             .map_err(|e| write_error(&self.path, e))
     }
@@ -143,6 +156,9 @@ pub struct RecordPlan {
     pub path: PathBuf,
     pub header: Header,
     pub skew: Option<ClockSkew>,
+    /// The clock sampler, started before the programs were loaded; its records so far go into
+    /// the file at the first flush.
+    pub sampler: Sampler,
     pub duration: Option<Duration>,
     pub ready_message: String,
 }
@@ -152,7 +168,6 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
     let mut sigint = signal(SignalKind::interrupt()).context("cannot install a SIGINT handler")?;
     let mut sigterm =
         signal(SignalKind::terminate()).context("cannot install a SIGTERM handler")?;
-    let first_sample = clock::sample(plan.skew.as_ref());
     let writer =
         TraceWriter::create(&plan.path, &plan.header).map_err(|e| write_error(&plan.path, e))?;
     let mut sink = Sink {
@@ -163,9 +178,7 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
         send_events: 0,
         recv_events: 0,
     };
-    sink.writer
-        .write_clock_sample(first_sample)
-        .map_err(|e| write_error(&plan.path, e))?;
+    let sampler = plan.sampler;
     let started = Instant::now();
     let mut progress = Progress::new();
     console::err(&plan.ready_message);
@@ -183,8 +196,8 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
             .inspect_err(|e| log::warn!("the eBPF programs' messages will not be shown: {e}"))
             .ok()
     });
-    let mut samples = interval(SAMPLE_PERIOD);
-    samples.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut flushes = interval(FLUSH_PERIOD);
+    flushes.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut drains = interval(DRAIN_PERIOD);
     drains.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut redraw = interval(PROGRESS_PERIOD);
@@ -213,11 +226,11 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
                 let empty = drain(&mut capture, &mut sink.reorder, batch_max);
                 sink.release(cutoff(empty, &sink.reorder))?;
             }
-            _ = samples.tick() => {
+            _ = flushes.tick() => {
                 let empty = drain(&mut capture, &mut sink.reorder, usize::MAX);
                 sink.release(cutoff(empty, &sink.reorder))?;
                 let lost = capture.lost()?;
-                sink.sample(&lost)?;
+                sink.flush(sampler.take(), &lost)?;
             }
             guard = log_ready(&mut ebpf_log) => {
                 let mut guard = guard.context("cannot poll the eBPF log")?;
@@ -239,7 +252,7 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
     }
     sink.release_all()?;
     let lost = capture.lost()?;
-    sink.sample(&lost)?;
+    sink.flush(sampler.stop(), &lost)?;
     drop(capture); // detach the programs before the (possibly slow) final flush
     progress.finish();
     let end = clock::sample(sink.skew.as_ref());

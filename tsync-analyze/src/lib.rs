@@ -65,7 +65,10 @@ pub use estimate::{
     Algorithm, LimitLine, PairResult, PairSegment, SyncError, SyncOptions, SyncResult, TraceResult,
     run as sync, run_messages as sync_messages,
 };
-pub use input::info::{ClockSummary, DamageInfo, EventCounts, TraceSummary, inspect};
+pub use input::info::{
+    ClockSummary, DamageInfo, EventCounts, KernelClockSummary, TraceSummary, inspect,
+};
+pub use input::slew::{RateHistory, SlewCorrection, SlewSummary, SlewUnavailable};
 pub use input::text;
 pub use input::tracefile::{ClockRecord, TraceFile, TraceHeader, read_clock_record};
 pub use input::{

@@ -16,7 +16,7 @@ fn info_text(path: &std::path::Path) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
-use tsync_common::format::{ClockSample, Footer, Header, LostCounts, TraceWriter};
+use tsync_common::format::{ClockSample, Footer, Header, KernelClock, LostCounts, TraceWriter};
 use tsync_common::{PacketEvent, direction, kind};
 
 fn write(path: &std::path::Path, finish: bool) {
@@ -98,6 +98,70 @@ fn info_reports_counts_clocks_and_completeness() {
     let text = info_text(&path);
     assert!(
         text.contains("complete") && text.contains("10 (5 sent, 5 received"),
+        "{text}"
+    );
+    // Two samples 1 s apart are too sparse to undo slewing with a bound.
+    assert!(info.clock.slew.is_none());
+    let why = info.clock.slew_unavailable.as_deref().unwrap();
+    assert!(why.contains("1000.0 ms apart"), "{why}");
+    assert!(
+        text.contains("slew           not undone: clock samples 0 and 1"),
+        "{text}"
+    );
+    assert_eq!(info.format_version, 2);
+}
+
+#[test]
+fn info_shows_the_slewing_undone_and_the_kernel_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dense.tsync");
+    let header = Header {
+        node: "n2".into(),
+        ..Default::default()
+    };
+    let mut w = TraceWriter::create(&path, &header).unwrap();
+    // 2 s of samples every 20 ms, 60 ns brackets; the rate steps from +10 to +510 ppm at 1 s.
+    let mono_at = |raw: u64| {
+        let t = raw as f64 - 5e9;
+        5e9 + 1e9 + t * (1.0 + 10e-6) + (t - 1e9).max(0.0) * 500e-6
+    };
+    for i in 0..=100u64 {
+        let raw = 5_000_000_000 + i * 20_000_000 + i % 7 * 1000;
+        let mono = mono_at(raw);
+        w.write_clock_sample(ClockSample {
+            monotonic_ns: (mono - 30.0).floor() as u64,
+            monotonic_raw_ns: raw,
+            realtime_ns: 1_700_000_000_000_000_000 + i as i64 * 20_000_000,
+            tsc: 0,
+            monotonic_after_ns: (mono + 30.0).ceil() as u64,
+        })
+        .unwrap();
+    }
+    w.write_kernel_clock(KernelClock {
+        monotonic_ns: 6_000_000_000,
+        freq: 10 * 65536,
+        tick: 10_000,
+        status: 0x2001,
+        ..Default::default()
+    })
+    .unwrap();
+    w.finish(&Footer::default()).unwrap();
+    let info = inspect(&path).unwrap();
+    let slew = info.clock.slew.as_ref().expect("dense bracketed samples");
+    assert_eq!(slew.pieces, 2, "{slew:?}");
+    assert!((slew.rate_min_ppm - 10.0).abs() < 0.5, "{slew:?}");
+    assert!((slew.rate_max_ppm - 510.0).abs() < 0.5, "{slew:?}");
+    assert!(slew.bound_ns < 500.0, "{slew:?}");
+    assert_eq!(slew.bracket_ns[1], 61);
+    let text = info_text(&path);
+    assert!(
+        text.contains("kernel clock   1 state(s); at start frequency +10.000 ppm"),
+        "{text}"
+    );
+    assert!(text.contains("slew undone    rate +"), "{text}");
+    assert!(text.contains("2 piece(s)"), "{text}");
+    assert!(
+        text.contains("rate history   ppm per 10 s from 6.000 s:"),
         "{text}"
     );
 }

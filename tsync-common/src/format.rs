@@ -733,6 +733,15 @@ impl<R: Read> TraceReader<R> {
                 Err(e) => return Some(format!("end chunk is unreadable: {e}")),
             },
             chunk_kind::HEADER => return Some("a second header chunk".into()),
+            // A kind of the other version: as unknown as any other (a corrupt kind field), but
+            // named, since it is the likeliest corruption to be puzzled by.
+            chunk_kind::CLOCK_SAMPLES_V1 | chunk_kind::CLOCK_SAMPLES | chunk_kind::KERNEL_CLOCK => {
+                return Some(format!(
+                    "chunk of kind {kind}, which a version {} file cannot hold (corrupt chunk \
+                     header)",
+                    self.version
+                ));
+            }
             // Files of a later format version are refused when opened, so a kind this version
             // does not know can only be a corrupt kind field (which the checksum does not
             // cover): skipping the chunk would silently drop what it holds.

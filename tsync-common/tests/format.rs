@@ -6,8 +6,8 @@ use std::io::Cursor;
 use proptest::prelude::*;
 use tsync_common::PacketEvent;
 use tsync_common::format::{
-    ClockSample, ClockSkew, EVENTS_PER_CHUNK, Footer, FormatError, Header, LostCounts, TraceReader,
-    TraceWriter,
+    ClockSample, ClockSkew, EVENTS_PER_CHUNK, Footer, FormatError, Header, KernelClock, LostCounts,
+    TraceReader, TraceWriter, VERSION,
 };
 
 fn header() -> Header {
@@ -319,12 +319,286 @@ fn event_chunk_with_a_wrong_record_count_is_damage() {
 
 #[test]
 fn event_chunk_relabelled_as_another_kind_is_damage_not_skipped() {
-    for kind in [3u32, 4, 5, 6, 0x5502] {
+    for kind in [3u32, 4, 5, 6, 7, 0x5502] {
         let mut bytes = small_file();
         let second = find_chunk(&bytes, 2, 1);
         bytes[second..second + 4].copy_from_slice(&kind.to_le_bytes());
         let (events, r) = read_all(&bytes).unwrap();
         assert_eq!(events.len(), 1000, "kind {kind}");
         assert!(r.damage().is_some(), "kind {kind}: events dropped silently");
+    }
+}
+
+/// A bracketed sample around monotonic time `t` (ns): raw 1 s behind, bracket `width` ns.
+fn bracketed(t: u64, width: u64) -> ClockSample {
+    ClockSample {
+        monotonic_ns: t,
+        monotonic_raw_ns: t - 1_000_000_000 + width / 2,
+        realtime_ns: 1_700_000_000_000_000_000 + t as i64,
+        tsc: 3 * t,
+        monotonic_after_ns: t + width,
+    }
+}
+
+fn kernel_state(t: u64, freq: i64) -> KernelClock {
+    KernelClock {
+        monotonic_ns: t,
+        freq,
+        offset: -1234,
+        tick: 10_000,
+        status: 0x2001, // STA_PLL | STA_NANO
+        maxerror: 16_000,
+        state: 0,
+    }
+}
+
+#[test]
+fn version_2_round_trip_keeps_bracketed_samples_and_kernel_clock_states() {
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    let mut samples = Vec::new();
+    let mut states = Vec::new();
+    for flush in 0..4u64 {
+        for i in 0..25u64 {
+            let t = 5_000_000_000 + (flush * 25 + i) * 20_000_000;
+            w.write_event(&event(flush * 25 + i)).unwrap();
+            let s = bracketed(t, 40 + i);
+            w.write_clock_sample(s).unwrap();
+            samples.push(s);
+        }
+        // A state at the start, then one per flush (NTP changed the frequency).
+        let k = kernel_state(
+            5_000_000_000 + flush * 500_000_000,
+            -(flush as i64) * 65_536,
+        );
+        w.write_kernel_clock(k).unwrap();
+        states.push(k);
+        if flush == 2 {
+            // Two changes within one flush period go out in one chunk.
+            let k = kernel_state(6_100_000_000, 7);
+            w.write_kernel_clock(k).unwrap();
+            states.push(k);
+        }
+        w.flush().unwrap();
+    }
+    let bytes = w.finish(&Footer::default()).unwrap();
+    assert_eq!(&bytes[8..12], &2u32.to_le_bytes(), "version 2 preamble");
+    assert_eq!(VERSION, 2);
+    let (events, r) = read_all(&bytes).unwrap();
+    assert_eq!(events.len(), 100);
+    assert_eq!(r.version(), 2);
+    assert!(r.samples_bracketed());
+    assert_eq!(r.clock_samples(), samples.as_slice());
+    assert_eq!(r.kernel_clock(), states.as_slice());
+    assert!(r.clock_samples().iter().all(|s| s.bracket_ns() >= 40));
+    assert_eq!(r.damage(), None);
+    // Kind 6 holds 40-byte samples, kind 7 the states (one chunk per flush).
+    let first = find_chunk(&bytes, 6, 0);
+    let len = u32::from_le_bytes(bytes[first + 4..first + 8].try_into().unwrap());
+    assert_eq!(len, 25 * 40);
+    let third_states = find_chunk(&bytes, 7, 2);
+    assert_eq!(
+        u32::from_le_bytes(
+            bytes[third_states + 12..third_states + 16]
+                .try_into()
+                .unwrap()
+        ),
+        2
+    );
+}
+
+/// One chunk as the format lays it out: header, payload, padding to 8 bytes.
+fn chunk(kind: u32, payload: &[u8], count: u32) -> Vec<u8> {
+    let mut c = Vec::new();
+    for word in [kind, payload.len() as u32, crc32fast::hash(payload), count] {
+        c.extend_from_slice(&word.to_le_bytes());
+    }
+    c.extend_from_slice(payload);
+    c.resize(c.len() + (8 - payload.len() % 8) % 8, 0);
+    c
+}
+
+/// A version 1 sample as stored: monotonic, raw, realtime, TSC (32 bytes).
+fn v1_sample(mono: u64, raw: u64) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&mono.to_le_bytes());
+    b.extend_from_slice(&raw.to_le_bytes());
+    b.extend_from_slice(&(1_700_000_000_000_000_000i64 + mono as i64).to_le_bytes());
+    b.extend_from_slice(&(2 * mono).to_le_bytes());
+    b
+}
+
+/// A version 1 file built byte by byte: preamble with version 1, the header chunk (its bincode
+/// did not change between the versions, so this build's writer makes it), 10 events, and
+/// `sample_chunks` kind-3 chunks of two 32-byte samples each, then `extra` chunks and the end.
+fn version_1_file(sample_chunks: u64, extra: &[Vec<u8>]) -> Vec<u8> {
+    let current = TraceWriter::new(Vec::new(), &header())
+        .unwrap()
+        .finish(&Footer::default());
+    let current = current.unwrap();
+    let header_chunk = &current[16..end_chunk_offset(&current)];
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(b"TSYNCTRC");
+    bytes.extend_from_slice(&1u32.to_le_bytes());
+    bytes.extend_from_slice(&0u32.to_le_bytes());
+    bytes.extend_from_slice(header_chunk);
+    let events: Vec<PacketEvent> = (0..10).map(event).collect();
+    bytes.extend(chunk(2, bytemuck::cast_slice(&events), 10));
+    for c in 0..sample_chunks {
+        let t = 1_000_000_000 + c * 1_000_000_000;
+        let mut payload = v1_sample(t, t - 7);
+        payload.extend(v1_sample(t + 500_000_000, t + 500_000_000 - 7));
+        bytes.extend(chunk(3, &payload, 2));
+    }
+    for c in extra {
+        bytes.extend_from_slice(c);
+    }
+    // The footer is bincode; take the current writer's end chunk (same in both versions).
+    bytes.extend_from_slice(&current[end_chunk_offset(&current)..]);
+    bytes
+}
+
+#[test]
+fn a_version_1_file_still_reads_with_unbracketed_samples() {
+    let bytes = version_1_file(3, &[]);
+    let (events, r) = read_all(&bytes).unwrap();
+    assert_eq!(r.version(), 1);
+    assert!(!r.samples_bracketed());
+    assert_eq!(r.header(), &header());
+    assert_eq!(events.len(), 10);
+    assert!(
+        events
+            .iter()
+            .enumerate()
+            .all(|(i, e)| *e == event(i as u64))
+    );
+    assert_eq!(r.damage(), None);
+    assert!(r.footer().is_some());
+    let samples = r.clock_samples();
+    assert_eq!(samples.len(), 6);
+    for (i, s) in samples.iter().enumerate() {
+        let t = 1_000_000_000 + (i as u64 / 2) * 1_000_000_000 + (i as u64 % 2) * 500_000_000;
+        assert_eq!(s.monotonic_ns, t);
+        assert_eq!(s.monotonic_after_ns, t, "after == before in version 1");
+        assert_eq!(s.bracket_ns(), 0);
+        assert_eq!(s.monotonic_raw_ns, t - 7);
+        assert_eq!(s.realtime_ns, 1_700_000_000_000_000_000 + t as i64);
+        assert_eq!(s.tsc, 2 * t);
+    }
+    assert!(r.kernel_clock().is_empty());
+}
+
+#[test]
+fn a_version_1_sample_chunk_with_a_wrong_count_is_damage() {
+    let mut bad = chunk(3, &v1_sample(5, 3), 1);
+    bad[12..16].copy_from_slice(&2u32.to_le_bytes());
+    let bytes = version_1_file(1, &[bad]);
+    let (events, r) = read_all(&bytes).unwrap();
+    assert_eq!(events.len(), 10);
+    assert_eq!(r.clock_samples().len(), 2, "the good chunk before");
+    let damage = r.damage().unwrap();
+    assert!(
+        damage.reason.contains("does not hold 2 records"),
+        "{damage}"
+    );
+}
+
+#[test]
+fn version_2_chunks_in_a_version_1_file_are_damage_not_skipped() {
+    let sample = bracketed(9_000_000_000, 50);
+    let kinds: [(u32, Vec<u8>); 2] = [
+        (6, bytemuck::bytes_of(&sample).to_vec()),
+        // A kernel-clock payload as a version 2 writer makes it.
+        (7, kernel_clock_payload()),
+    ];
+    for (kind, payload) in kinds {
+        let bytes = version_1_file(2, &[chunk(kind, &payload, 1)]);
+        let (events, r) = read_all(&bytes).unwrap();
+        assert_eq!(events.len(), 10);
+        assert_eq!(
+            r.clock_samples().len(),
+            4,
+            "kind {kind}: the samples before"
+        );
+        assert!(
+            r.footer().is_none(),
+            "kind {kind}: nothing after the damage is read"
+        );
+        let damage = r.damage().unwrap_or_else(|| panic!("kind {kind} skipped"));
+        assert!(
+            damage.reason.contains(&format!("kind {kind}")) && damage.reason.contains("version 1"),
+            "{damage}"
+        );
+    }
+}
+
+/// The payload of a kind-7 chunk holding one state, cut out of a file this build writes.
+fn kernel_clock_payload() -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    w.write_kernel_clock(kernel_state(1, 2)).unwrap();
+    let bytes = w.finish(&Footer::default()).unwrap();
+    let at = find_chunk(&bytes, 7, 0);
+    let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+    bytes[at + 16..at + 16 + len].to_vec()
+}
+
+#[test]
+fn a_version_1_sample_chunk_in_a_version_2_file_is_damage_not_skipped() {
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    w.write_events(&(0..10).map(event).collect::<Vec<_>>())
+        .unwrap();
+    w.write_clock_sample(bracketed(2_000_000_000, 50)).unwrap();
+    let mut bytes = w.finish(&Footer::default()).unwrap();
+    let end = end_chunk_offset(&bytes);
+    let tail = bytes.split_off(end);
+    bytes.extend(chunk(3, &v1_sample(3_000_000_000, 2_000_000_000), 1));
+    bytes.extend(tail);
+    let (events, r) = read_all(&bytes).unwrap();
+    assert_eq!(events.len(), 10);
+    assert_eq!(r.clock_samples().len(), 1, "the version 2 sample before it");
+    assert!(r.footer().is_none());
+    let damage = r.damage().expect("a kind-3 chunk is not skipped");
+    assert!(
+        damage.reason.contains("kind 3") && damage.reason.contains("version 2"),
+        "{damage}"
+    );
+    assert_eq!(damage.offset, end as u64);
+}
+
+proptest! {
+    /// Any samples and kernel states, flushed at any points, come back as written.
+    #[test]
+    fn samples_and_kernel_states_round_trip(
+        records in prop::collection::vec(
+            (any::<u64>(), any::<u64>(), any::<u16>(), any::<i64>(), any::<i32>(), any::<bool>()),
+            0..200,
+        ),
+    ) {
+        let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+        let (mut samples, mut states) = (Vec::new(), Vec::new());
+        for &(t, raw, width, freq, status, flush) in &records {
+            let s = ClockSample {
+                monotonic_ns: t,
+                monotonic_raw_ns: raw,
+                realtime_ns: freq,
+                tsc: raw ^ t,
+                monotonic_after_ns: t.saturating_add(u64::from(width)),
+            };
+            w.write_clock_sample(s).unwrap();
+            samples.push(s);
+            if status % 3 == 0 {
+                let k = KernelClock { monotonic_ns: t, freq, offset: -freq / 2, tick: raw as i64,
+                    status, maxerror: freq ^ 5, state: status / 7 };
+                w.write_kernel_clock(k).unwrap();
+                states.push(k);
+            }
+            if flush {
+                w.flush().unwrap();
+            }
+        }
+        let bytes = w.finish(&Footer::default()).unwrap();
+        let (_, r) = read_all(&bytes).unwrap();
+        prop_assert_eq!(r.damage(), None);
+        prop_assert_eq!(r.clock_samples(), samples.as_slice());
+        prop_assert_eq!(r.kernel_clock(), states.as_slice());
     }
 }

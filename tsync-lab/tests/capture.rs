@@ -608,6 +608,79 @@ fn a_full_ring_buffer_counts_lost_events() {
 
 #[test]
 #[ignore = "needs root: cargo xtask test runs it"]
+fn clock_samples_are_dense_and_tight_enough_to_undo_slewing_within_a_microsecond() {
+    let _serial = serial();
+    let link = link();
+    let dir = tmpdir();
+    let file = dir.path().join("clock.trace");
+    let agent = start(Some(&link.ns[0]), &file, &[]);
+    // Some traffic, so that the recording loop drains while the sampler samples.
+    tcp_exchange(
+        &link,
+        format!("{}:5566", V4[0]).parse().unwrap(),
+        100_000,
+        100_000,
+    );
+    thread::sleep(Duration::from_millis(2000));
+    stop(agent);
+    let (events, r) = read_all(&file);
+    assert!(r.damage().is_none(), "{:?}", r.damage());
+    assert_eq!(r.version(), 2);
+    assert!(r.samples_bracketed());
+    let samples = r.clock_samples();
+    assert!(samples.len() >= 90, "{} samples in ~2 s", samples.len());
+    let gaps: Vec<u64> = samples
+        .windows(2)
+        .map(|w| w[1].monotonic_raw_ns - w[0].monotonic_raw_ns)
+        .collect();
+    let widest_gap = gaps.iter().copied().max().unwrap();
+    assert!(
+        widest_gap <= 25_000_000,
+        "samples up to {:.3} ms apart",
+        widest_gap as f64 * 1e-6
+    );
+    let mut widths: Vec<u64> = samples.iter().map(|s| s.bracket_ns()).collect();
+    widths.sort_unstable();
+    assert!(widths[widths.len() - 1] < 10_000, "brackets {widths:?} ns");
+    // The kernel's clock state, read at the start (just before the first sample).
+    let kernel = r.kernel_clock();
+    assert!(!kernel.is_empty(), "no kernel clock state");
+    assert!(kernel[0].monotonic_ns <= samples[0].monotonic_ns);
+    assert!(kernel[0].tick > 0, "{:?}", kernel[0]);
+    // Every event lies between the first and the last sample: sampling starts before the
+    // programs are loaded and stops after the last drain.
+    let port = |e: &&PacketEvent| e.dest == 5566 || e.source == 5566;
+    assert!(events.iter().filter(port).count() >= 8);
+    let (first, last) = (samples[0], samples[samples.len() - 1]);
+    assert!(
+        events
+            .iter()
+            .all(|e| e.ts_ns > first.monotonic_after_ns && e.ts_ns < last.monotonic_ns)
+    );
+    let slew = tsync_analyze::SlewCorrection::from_samples(samples, r.samples_bracketed())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(slew.bound_ns < 1000.0, "bound {} ns", slew.bound_ns);
+    for e in &events {
+        assert!(slew.bound_at(e.ts_ns as f64) <= slew.bound_ns);
+    }
+    let summary = slew.summary();
+    eprintln!(
+        "{} samples, gaps up to {:.3} ms, brackets {}/{}/{} ns (min/median/max), kernel {:?}, \
+         {} piece(s), rate {:+.3} ppm, bound {:.1} ns",
+        samples.len(),
+        widest_gap as f64 * 1e-6,
+        widths[0],
+        widths[widths.len() / 2],
+        widths[widths.len() - 1],
+        kernel[0],
+        summary.pieces,
+        summary.rate_mean_ppm,
+        slew.bound_ns
+    );
+}
+
+#[test]
+#[ignore = "needs root: cargo xtask test runs it"]
 fn interfaces_created_while_recording_are_covered() {
     let _serial = serial();
     let link = VethPair::namespaces(&unique_name("")).unwrap();

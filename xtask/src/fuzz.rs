@@ -14,7 +14,9 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
 use tsync_analyze::{InputSet, MatchOptions, MatchedMessage, MessageSink};
-use tsync_common::format::{ClockSample, Footer, LostCounts, TraceReader, TraceWriter};
+use tsync_common::format::{
+    ClockSample, Footer, KernelClock, LostCounts, TraceReader, TraceWriter,
+};
 
 use crate::setup::run;
 
@@ -377,6 +379,10 @@ impl Seeds {
         for (k, t) in rich.iter().enumerate() {
             trace_reader.push((format!("chunks-sim-node-{k}"), chunk_list(t)));
         }
+        // A version 1 file (32-byte samples without bracket), as a file and as a chunk list.
+        let old = version_1(&rich[1]);
+        trace_reader.push(("version-1-sim-node-1".into(), old.clone()));
+        trace_reader.push(("chunks-version-1-sim-node-1".into(), chunk_list(&old)));
 
         let mut sync_pipeline = vec![
             ("traces-0-1".into(), encode(0, &traces[0], &traces[1])),
@@ -391,6 +397,10 @@ impl Seeds {
             (
                 "chunks-0-1".into(),
                 encode(0, &chunk_list(&rich[0]), &chunk_list(&rich[1])),
+            ),
+            (
+                "version-1-and-2".into(),
+                encode(0, &version_1(&rich[0]), &rich[1]),
             ),
             ("trace-alone".into(), encode(OPT_ONE_FILE, &traces[0], &[])),
             ("text-and-trace".into(), encode(0, &messages, &traces[2])),
@@ -425,10 +435,14 @@ fn encode(options: u8, a: &[u8], b: &[u8]) -> Vec<u8> {
 }
 
 /// A trace file as the chunk list the targets rebuild it from (`build_trace` in
-/// `fuzz/src/lib.rs`): `CHUNKS`, then per chunk the separator, its kind as one byte and its
-/// payload. Stops at the first chunk cut short.
+/// `fuzz/src/lib.rs`): `CHUNKS` (`CHUNKSv1` for a version 1 file), then per chunk the separator,
+/// its kind as one byte and its payload. Stops at the first chunk cut short.
 fn chunk_list(trace: &[u8]) -> Vec<u8> {
-    let mut out = b"CHUNKS".to_vec();
+    let mut out = if trace.get(8..12) == Some(&1u32.to_le_bytes()[..]) {
+        b"CHUNKSv1".to_vec()
+    } else {
+        b"CHUNKS".to_vec()
+    };
     let mut offset = 16;
     while let Some(head) = trace.get(offset..offset + 16) {
         let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
@@ -457,8 +471,8 @@ fn header_only(trace: &[u8]) -> Vec<u8> {
     trace[..end.min(trace.len())].to_vec()
 }
 
-/// The trace at `path` rewritten with clock samples (start, middle, end) and lost-event counters,
-/// as the agent writes them.
+/// The trace at `path` rewritten with bracketed clock samples (start, middle, end), kernel clock
+/// states and lost-event counters, as the agent writes them.
 fn with_samples_and_losses(path: &Path) -> Result<Vec<u8>> {
     let mut reader = TraceReader::open(path)?;
     let header = reader.header().clone();
@@ -473,10 +487,20 @@ fn with_samples_and_losses(path: &Path) -> Result<Vec<u8>> {
             .start_realtime_ns
             .saturating_add(mono as i64 - header.start_monotonic_ns as i64),
         tsc: mono.wrapping_mul(3),
-        monotonic_after_ns: mono,
+        monotonic_after_ns: mono.saturating_add(47),
+    };
+    let kernel = |mono: u64, freq: i64| KernelClock {
+        monotonic_ns: mono,
+        freq,
+        offset: 0,
+        tick: 10_000,
+        status: 0x2001, // STA_PLL | STA_NANO
+        maxerror: 16_000,
+        state: 0,
     };
     let mut w = TraceWriter::new(Vec::new(), &header)?;
     w.write_clock_sample(sample(header.start_monotonic_ns))?;
+    w.write_kernel_clock(kernel(header.start_monotonic_ns, 0))?;
     let (first, second) = events.split_at(events.len() / 2);
     w.write_events(first)?;
     w.flush()?;
@@ -488,6 +512,7 @@ fn with_samples_and_losses(path: &Path) -> Result<Vec<u8>> {
     w.write_lost(&lost)?;
     if let Some(e) = second.first() {
         w.write_clock_sample(sample(e.ts_ns))?;
+        w.write_kernel_clock(kernel(e.ts_ns, -65_536 * 12))?;
     }
     w.write_events(second)?;
     let end = events.last().map_or(header.start_monotonic_ns, |e| e.ts_ns);
@@ -501,6 +526,43 @@ fn with_samples_and_losses(path: &Path) -> Result<Vec<u8>> {
         end_monotonic_ns: end,
     };
     Ok(w.finish(&footer)?)
+}
+
+/// A trace file rewritten as format version 1 wrote it: version 1 in the preamble, clock
+/// samples as 32-byte records in kind-3 chunks (without the second monotonic reading), no
+/// kernel clock states; the other chunks as they are. Stops at the first chunk cut short.
+fn version_1(trace: &[u8]) -> Vec<u8> {
+    let mut out = trace[..16.min(trace.len())].to_vec();
+    if out.len() == 16 {
+        out[8..12].copy_from_slice(&1u32.to_le_bytes());
+    }
+    let mut offset = 16;
+    while let Some(head) = trace.get(offset..offset + 16) {
+        let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
+        let (kind, len, count) = (word(0), word(4) as usize, word(12));
+        let Some(payload) = trace.get(offset + 16..offset + 16 + len) else {
+            break;
+        };
+        offset += 16 + len.div_ceil(8) * 8;
+        let (kind, payload) = match kind {
+            6 => (
+                3,
+                payload
+                    .chunks_exact(40)
+                    .flat_map(|record| &record[..32])
+                    .copied()
+                    .collect(),
+            ),
+            7 => continue,
+            _ => (kind, payload.to_vec()),
+        };
+        for w in [kind, payload.len() as u32, crc32fast::hash(&payload), count] {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        out.extend_from_slice(&payload);
+        out.resize(out.len() + (8 - payload.len() % 8) % 8, 0);
+    }
+    out
 }
 
 /// The messages matched in trace files, in the text message format (`tsync-analyze messages`).
@@ -624,6 +686,41 @@ mod tests {
         assert!(list.starts_with(b"CHUNKS\xc4\xc4\xc4\xc4\x01"));
         let parts = list.windows(4).filter(|w| w == b"\xc4\xc4\xc4\xc4").count();
         assert_eq!(parts, 3, "header, events, end");
+    }
+
+    #[test]
+    fn version_1_rewrites_samples_and_drops_kernel_states() {
+        let header = tsync_common::format::Header {
+            node: "n".into(),
+            ..Default::default()
+        };
+        let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
+        w.write_event(&tsync_common::PacketEvent::default())
+            .unwrap();
+        let sample = ClockSample {
+            monotonic_ns: 10,
+            monotonic_raw_ns: 7,
+            realtime_ns: 5,
+            tsc: 3,
+            monotonic_after_ns: 12,
+        };
+        w.write_clock_sample(sample).unwrap();
+        w.write_kernel_clock(KernelClock::default()).unwrap();
+        let file = w.finish(&Footer::default()).unwrap();
+        let old = version_1(&file);
+        let mut r = TraceReader::new(old.as_slice()).unwrap();
+        while r.next_events().unwrap().is_some() {}
+        assert_eq!(r.version(), 1);
+        assert!(r.damage().is_none(), "{:?}", r.damage());
+        assert!(r.kernel_clock().is_empty());
+        assert_eq!(
+            r.clock_samples(),
+            &[ClockSample {
+                monotonic_after_ns: 10,
+                ..sample
+            }]
+        );
+        assert!(chunk_list(&old).starts_with(b"CHUNKSv1\xc4\xc4\xc4\xc4\x01"));
     }
 
     #[test]

@@ -203,6 +203,9 @@ fn render_trace(info: &TraceSummary) -> String {
         clock.push_str(&format!(", TSC {:.3} MHz", hz * 1e-6));
     }
     line("clock", clock);
+    for (key, value) in c.detail_lines() {
+        line(key, value);
+    }
     match &info.damage {
         None => line("file", "complete".into()),
         Some(d) => line(

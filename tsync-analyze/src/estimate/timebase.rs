@@ -148,8 +148,7 @@ pub fn resolve(
         match raw_clock(&record) {
             Ok(c) => timebases.raw[trace.index as usize] = Some(c),
             Err(why) => notes.push(format!(
-                "trace {} stays on its recorded clock (CLOCK_MONOTONIC, slewed by NTP if it \
-                 ran): {why}",
+                "trace {}: NTP slewing cannot be undone: {why}",
                 trace.name
             )),
         }
@@ -161,5 +160,9 @@ pub fn resolve(
 fn raw_clock(record: &ClockRecord) -> Result<RawClock, String> {
     let c = SlewCorrection::from_samples(&record.samples, record.bracketed)
         .map_err(|e| e.to_string())?;
-    Ok(RawClock::new(c.to_raw, c.bound_ns))
+    Ok(RawClock {
+        to_raw: c.to_raw,
+        from_raw: c.from_raw,
+        bound_ns: c.bound_ns,
+    })
 }

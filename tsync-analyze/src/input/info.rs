@@ -2,14 +2,17 @@
 //!
 //! A user collecting files from many nodes first wants to know whether each recording is whole:
 //! which node, how many events, how many the kernel lost, whether the file was cut short, and how
-//! the node's clocks behaved (NTP slewing shows as a CLOCK_MONOTONIC vs CLOCK_MONOTONIC_RAW rate).
+//! the node's clocks behaved (NTP slewing shows as a CLOCK_MONOTONIC vs CLOCK_MONOTONIC_RAW rate,
+//! the kernel's clock discipline as its adjtimex states, and how much slewing the analyzer
+//! undoes as the [`SlewSummary`]).
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use tsync_common::format::{ClockSample, Header, LostCounts};
+use tsync_common::format::{ClockSample, Header, KernelClock, LostCounts};
 
 use crate::input::InputError;
+use crate::input::slew::{SlewCorrection, SlewSummary};
 use crate::input::tracefile::TraceFile;
 use tsync_common::{PacketEvent, direction, kind};
 
@@ -20,6 +23,8 @@ pub struct TraceSummary {
     pub path: PathBuf,
     /// The file's header: node, boot, clocksource, interfaces and agent options.
     pub header: Header,
+    /// Format version of the file (1 or 2).
+    pub format_version: u32,
     /// Events read, by direction and kind.
     pub events: EventCounts,
     /// Lost-event counters (the footer's, or the last ones written before a cut).
@@ -67,6 +72,111 @@ pub struct ClockSummary {
     pub monotonic_vs_raw_ppm: Option<f64>,
     /// TSC ticks per CLOCK_MONOTONIC_RAW second, where the CPU has a TSC.
     pub tsc_hz: Option<f64>,
+    /// The kernel's clock discipline (adjtimex) as recorded, version 2 on; None without states.
+    pub kernel_clock: Option<KernelClockSummary>,
+    /// How much NTP slewing the analyzer undoes from the samples, and how well; None when it
+    /// cannot (`slew_unavailable` says why).
+    pub slew: Option<SlewSummary>,
+    /// Why the slewing cannot be undone; None when `slew` is given.
+    pub slew_unavailable: Option<String>,
+}
+
+/// The recorded kernel clock-discipline states, summarized.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct KernelClockSummary {
+    /// States recorded: one at the start, one per change of frequency, offset, tick or status.
+    pub states: usize,
+    /// The first state.
+    pub first: KernelClock,
+    /// The last state.
+    pub last: KernelClock,
+}
+
+/// `timex.status` bit: the clock is not synchronized.
+const STA_UNSYNC: i32 = 0x0040;
+/// `timex.status` bit: `offset` is in nanoseconds (else microseconds).
+const STA_NANO: i32 = 0x2000;
+
+/// A rate in ppm as `info` prints it: signed, three decimals, no "-0.000".
+fn ppm(value: f64) -> String {
+    let value = if value.abs() < 5e-4 { 0.0 } else { value };
+    format!("{value:+.3}")
+}
+
+/// A kernel clock state in words: frequency correction, tick, pending offset, synchronization.
+fn describe_kernel_clock(k: &KernelClock) -> String {
+    let offset = if k.status & STA_NANO != 0 {
+        k.offset as f64
+    } else {
+        k.offset as f64 * 1e3
+    };
+    format!(
+        "frequency {} ppm, tick {} µs, offset {:.0} ns, status {:#x}{}",
+        ppm(k.freq as f64 / 65536.0),
+        k.tick,
+        offset,
+        k.status,
+        if k.status & STA_UNSYNC != 0 {
+            " (unsynchronized)"
+        } else {
+            ""
+        }
+    )
+}
+
+impl ClockSummary {
+    /// The lines `info` prints after its `clock` line, as (key, value): the kernel's clock
+    /// discipline, the slewing undone (or why not), the rate history.
+    pub fn detail_lines(&self) -> Vec<(&'static str, String)> {
+        let mut lines = Vec::new();
+        if let Some(k) = &self.kernel_clock {
+            let mut text = format!(
+                "{} state(s); at start {}",
+                k.states,
+                describe_kernel_clock(&k.first)
+            );
+            if k.states > 1 {
+                text.push_str(&format!("; last {}", describe_kernel_clock(&k.last)));
+            }
+            lines.push(("kernel clock", text));
+        }
+        match (&self.slew, &self.slew_unavailable) {
+            (Some(s), _) => {
+                lines.push((
+                    "slew undone",
+                    format!(
+                        "rate {} ppm ({} .. {}), phase moved {:.0} ns, {} piece(s), \
+                         bound {:.0} ns; brackets {}/{}/{} ns (min/median/max), samples up to \
+                         {:.1} ms apart",
+                        ppm(s.rate_mean_ppm),
+                        ppm(s.rate_min_ppm),
+                        ppm(s.rate_max_ppm),
+                        s.max_phase_ns,
+                        s.pieces,
+                        s.bound_ns,
+                        s.bracket_ns[0],
+                        s.bracket_ns[1],
+                        s.bracket_ns[2],
+                        s.max_gap_ns as f64 * 1e-6
+                    ),
+                ));
+                const SHOWN: usize = 30;
+                let h = &s.history;
+                let mut text = format!("ppm per {} s from {:.3} s:", h.step_s, h.start_ns * 1e-9);
+                for &rate in h.ppm.iter().take(SHOWN) {
+                    text.push(' ');
+                    text.push_str(&ppm(rate));
+                }
+                if h.ppm.len() > SHOWN {
+                    text.push_str(&format!(" … ({} more in --json)", h.ppm.len() - SHOWN));
+                }
+                lines.push(("rate history", text));
+            }
+            (None, Some(why)) => lines.push(("slew", format!("not undone: {why}"))),
+            (None, None) => {}
+        }
+        lines
+    }
 }
 
 /// Where a file is damaged.
@@ -102,9 +212,26 @@ impl EventCounts {
 }
 
 impl ClockSummary {
-    fn from_samples(samples: &[ClockSample]) -> Self {
+    fn from_samples(samples: &[ClockSample], bracketed: bool, kernel: &[KernelClock]) -> Self {
+        let (slew, slew_unavailable) = match SlewCorrection::from_samples(samples, bracketed) {
+            Ok(c) => (Some(c.summary()), None),
+            Err(why) => (None, Some(why.to_string())),
+        };
+        let kernel_clock = match (kernel.first(), kernel.last()) {
+            (Some(&first), Some(&last)) => Some(KernelClockSummary {
+                states: kernel.len(),
+                first,
+                last,
+            }),
+            _ => None,
+        };
         let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
-            return ClockSummary::default();
+            return ClockSummary {
+                kernel_clock,
+                slew,
+                slew_unavailable,
+                ..ClockSummary::default()
+            };
         };
         let raw_span = last.monotonic_raw_ns as f64 - first.monotonic_raw_ns as f64;
         let rate = |span: f64| (raw_span > 0.0).then(|| span / raw_span);
@@ -113,11 +240,20 @@ impl ClockSummary {
             realtime_minus_monotonic_ns: Some(
                 first.realtime_ns.wrapping_sub(first.monotonic_ns as i64),
             ),
-            monotonic_vs_raw_ppm: rate(last.monotonic_ns as f64 - first.monotonic_ns as f64)
-                .map(|r| (r - 1.0) * 1e6),
+            // Between the brackets' middles (version 1 samples have no bracket).
+            monotonic_vs_raw_ppm: rate(
+                (last.monotonic_ns as f64 + last.monotonic_after_ns as f64
+                    - first.monotonic_ns as f64
+                    - first.monotonic_after_ns as f64)
+                    / 2.0,
+            )
+            .map(|r| (r - 1.0) * 1e6),
             tsc_hz: rate(last.tsc as f64 - first.tsc as f64)
                 .filter(|&r| r > 0.0)
                 .map(|r| r * 1e9),
+            kernel_clock,
+            slew,
+            slew_unavailable,
         }
     }
 }
@@ -136,11 +272,16 @@ pub fn inspect(path: &Path) -> Result<TraceSummary, InputError> {
     Ok(TraceSummary {
         path: path.to_owned(),
         header: reader.header().clone(),
+        format_version: reader.version(),
         events,
         lost: reader.lost().clone(),
         first_ns,
         last_ns,
-        clock: ClockSummary::from_samples(reader.clock_samples()),
+        clock: ClockSummary::from_samples(
+            reader.clock_samples(),
+            reader.samples_bracketed(),
+            reader.kernel_clock(),
+        ),
         complete: reader.footer().is_some(),
         damage: reader.damage().map(|d| DamageInfo {
             offset: d.offset,
@@ -148,4 +289,70 @@ pub fn inspect(path: &Path) -> Result<TraceSummary, InputError> {
             reason: d.reason.clone(),
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Samples every 20 ms with 50 ns brackets, the monotonic clock 100 ppm fast.
+    fn samples(n: u64) -> Vec<ClockSample> {
+        (0..n)
+            .map(|i| {
+                let raw = 1_000_000_000 + i * 20_000_000;
+                let mono = 2_000_000_000 + i * 20_002_000;
+                ClockSample {
+                    monotonic_ns: mono - 25,
+                    monotonic_raw_ns: raw,
+                    realtime_ns: 0,
+                    tsc: 0,
+                    monotonic_after_ns: mono + 25,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn bracketed_samples_show_the_slewing_undone() {
+        let kernel = KernelClock {
+            freq: 100 * 65536,
+            tick: 10_000,
+            status: 0x2001,
+            ..Default::default()
+        };
+        let c = ClockSummary::from_samples(&samples(100), true, &[kernel]);
+        let slew = c.slew.as_ref().expect("dense bracketed samples");
+        assert!((slew.rate_mean_ppm - 100.0).abs() < 0.01, "{slew:?}");
+        assert_eq!(slew.pieces, 1);
+        assert!(c.slew_unavailable.is_none());
+        assert_eq!(c.kernel_clock.as_ref().unwrap().states, 1);
+        let lines = c.detail_lines();
+        let keys: Vec<&str> = lines.iter().map(|l| l.0).collect();
+        assert_eq!(keys, ["kernel clock", "slew undone", "rate history"]);
+        assert!(
+            lines[0].1.contains("frequency +100.000 ppm"),
+            "{}",
+            lines[0].1
+        );
+        assert!(
+            lines[1].1.starts_with("rate +100.000 ppm"),
+            "{}",
+            lines[1].1
+        );
+        assert!(lines[2].1.contains("ppm per 10 s"), "{}", lines[2].1);
+    }
+
+    #[test]
+    fn version_1_samples_say_why_nothing_is_undone() {
+        let mut old = samples(100);
+        for s in &mut old {
+            s.monotonic_after_ns = s.monotonic_ns;
+        }
+        let c = ClockSummary::from_samples(&old, false, &[]);
+        assert!(c.slew.is_none() && c.kernel_clock.is_none());
+        let why = "format version 1 samples carry no bracket; the recorded timebase is used";
+        assert_eq!(c.slew_unavailable.as_deref(), Some(why));
+        assert_eq!(c.detail_lines(), [("slew", format!("not undone: {why}"))]);
+        assert!((c.monotonic_vs_raw_ppm.unwrap() - 100.0).abs() < 1e-6);
+    }
 }

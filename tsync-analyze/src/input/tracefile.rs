@@ -128,6 +128,22 @@ impl TraceFile {
         self.reader.clock_samples()
     }
 
+    /// Format version of the file (1 or 2).
+    pub fn version(&self) -> u32 {
+        self.reader.version()
+    }
+
+    /// Whether the clock samples bracket their raw reading (version 2 on): only then can the
+    /// slewing be undone with a bound ([`SlewCorrection`](crate::SlewCorrection)).
+    pub fn samples_bracketed(&self) -> bool {
+        self.reader.samples_bracketed()
+    }
+
+    /// The kernel's clock-discipline states read so far (version 2 on).
+    pub fn kernel_clock(&self) -> &[KernelClock] {
+        self.reader.kernel_clock()
+    }
+
     /// The kernel's lost-event counts read so far.
     pub fn lost(&self) -> &LostCounts {
         self.reader.lost()

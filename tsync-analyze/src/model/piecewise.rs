@@ -60,7 +60,9 @@ impl PiecewiseMap {
 
     /// The map through `knots` (x ascending, y strictly ascending), linear between them. Before
     /// the first knot the first piece continues; after the last one a piece of slope `last_drift`
-    /// (or the last chord's) does. One knot gives one piece of slope `last_drift` (or 1).
+    /// does, or the last chord continues (without `last_drift`, or when it is the last chord's
+    /// slope: knots on one line give one piece). One knot gives one piece of slope `last_drift`
+    /// (or 1).
     pub fn through_knots(knots: &[(f64, f64)], last_drift: Option<f64>) -> Self {
         assert!(!knots.is_empty(), "a map through knots needs at least one");
         let mut pieces: Vec<Piece> = knots
@@ -78,17 +80,25 @@ impl PiecewiseMap {
             })
             .collect();
         let &(x, y) = knots.last().expect("not empty");
-        let drift = last_drift
-            .or(pieces.last().map(|p| p.line.drift))
-            .unwrap_or(1.0);
-        pieces.push(Piece {
-            start_ns: x,
-            line: Affine {
-                drift,
-                offset_ns: y - drift * x,
-            },
-        });
-        PiecewiseMap { pieces }
+        let chord = pieces.last().map(|p| p.line.drift);
+        // A last drift equal to the last chord's up to rounding (10⁻⁶ ppm) is the chord
+        // continuing.
+        let same = |d: f64, c: f64| (d - c).abs() <= 1e-12 * c.abs();
+        match (last_drift, chord) {
+            (None, Some(_)) => {}
+            (Some(d), Some(c)) if same(d, c) => {}
+            (d, _) => {
+                let drift = d.unwrap_or(1.0);
+                pieces.push(Piece {
+                    start_ns: x,
+                    line: Affine {
+                        drift,
+                        offset_ns: y - drift * x,
+                    },
+                });
+            }
+        }
+        PiecewiseMap { pieces }.merged()
     }
 
     /// The pieces, in order.
@@ -270,6 +280,17 @@ mod tests {
         let c = m.compose(&PiecewiseMap::linear(line.inverse()));
         assert!(c.is_linear());
         assert!((c.apply(1e12) - 1e12).abs() < 1e-3);
+    }
+
+    #[test]
+    fn knots_on_one_line_give_one_piece() {
+        let m = knots_map(&[(0.0, 10.0), (100.0, 110.0), (200.0, 210.0)]);
+        assert!(m.is_linear(), "{:?}", m.pieces());
+        let m = PiecewiseMap::through_knots(&[(0.0, 10.0), (100.0, 110.0)], Some(1.0));
+        assert!(m.is_linear(), "{:?}", m.pieces());
+        let m = PiecewiseMap::through_knots(&[(0.0, 10.0), (100.0, 110.0)], Some(2.0));
+        assert_eq!(m.pieces().len(), 2);
+        assert_eq!(m.apply(200.0), 310.0);
     }
 
     #[test]
