@@ -7,9 +7,9 @@ use serde_json::Value;
 
 use crate::estimate::accuracy::AccuracyStats;
 use crate::estimate::corridor::Quality;
+use crate::estimate::timebase::TimebaseChoice;
 use crate::estimate::{LimitLine, PairResult, PairSegment, SyncResult, TraceResult};
 use crate::matching::MatchStats;
-use crate::estimate::timebase::TimebaseChoice;
 use crate::model::PiecewiseMap;
 
 /// The `sync --json` document: every trace's map onto its reference, every pair's estimate and

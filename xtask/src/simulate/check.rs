@@ -144,7 +144,6 @@ pub fn guaranteed_interval(sync: &SyncResult, trace: u32, t_ns: i64) -> Option<(
     sync.interval(trace, t_ns)
 }
 
-
 /// Compares each trace's map onto its reference with the truth.
 pub fn compare(truth: &Truth, sync: &SyncResult) -> Vec<NodeAccuracy> {
     sync.traces
