@@ -282,7 +282,7 @@ impl SyncResult {
         }
         if let Some(c) = self.timebases.of(trace) {
             let raw = c.to_raw.apply(t_ns as f64);
-            let e = self.timebases.bound_ns(trace);
+            let e = c.bound_at(t_ns as f64) + 0.5;
             (lo, hi) = (raw - e, raw + e);
         }
         for step in t.path.windows(2).rev() {
@@ -299,8 +299,10 @@ impl SyncResult {
             };
         }
         if let Some(c) = self.timebases.of(t.reference) {
-            let e = self.timebases.bound_ns(t.reference) * 1.001;
-            (lo, hi) = (c.from_raw.apply(lo) - e, c.from_raw.apply(hi) + e);
+            let (lo_rec, hi_rec) = (c.from_raw.apply(lo), c.from_raw.apply(hi));
+            // The bound is in ns of RAW; the recorded clock runs within 0.1 % of it.
+            let e = |t: f64| (c.bound_at(t) + 0.5) * 1.001;
+            (lo, hi) = (lo_rec - e(lo_rec), hi_rec + e(hi_rec));
         }
         Some((lo, hi))
     }
@@ -353,6 +355,8 @@ pub struct PairAccumulator {
     pairs: Vec<PairState>,
     /// Converts message times to the estimation clocks.
     timebases: Timebases,
+    /// Whether any trace is converted (decided once: the per-message path then skips it).
+    converting: bool,
 }
 
 impl PairAccumulator {
@@ -364,6 +368,7 @@ impl PairAccumulator {
     /// An empty accumulator that converts message times with `timebases` first.
     pub fn with_timebases(timebases: Timebases) -> Self {
         PairAccumulator {
+            converting: timebases.any(),
             timebases,
             ..Self::default()
         }
@@ -401,7 +406,11 @@ impl PairAccumulator {
     }
 
     /// A message with its times on the estimation clocks.
+    #[inline]
     pub fn converted(&mut self, m: &Message) -> Message {
+        if !self.converting {
+            return *m;
+        }
         Message {
             send_ns: self.timebases.convert(m.send_trace, m.send_ns),
             recv_ns: self.timebases.convert(m.recv_trace, m.recv_ns),
@@ -514,7 +523,8 @@ pub fn finish(
     reference: Option<u32>,
 ) -> SyncResult {
     let mut warnings = matching.warnings.clone();
-    let timebases = acc.timebases;
+    let mut timebases = acc.timebases;
+    timebases.settle_bounds();
     let mut pairs: Vec<PairResult> = acc
         .pairs
         .into_iter()

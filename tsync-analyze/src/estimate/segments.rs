@@ -54,11 +54,25 @@ pub(crate) struct Bucket {
 pub(crate) struct Buckets {
     origin: Option<i64>,
     list: Vec<Bucket>,
+    /// The bucket the last point went to, and its time range `[start, end)`: the next point
+    /// almost always falls there too, which a comparison tells without a division.
+    last: Option<(usize, i64, i64)>,
 }
 
 impl Buckets {
     #[inline]
     fn slot(&mut self, x: i64) -> &mut Bucket {
+        if let Some((at, start, end)) = self.last
+            && start <= x
+            && x < end
+        {
+            return &mut self.list[at];
+        }
+        self.find(x)
+    }
+
+    /// The bucket of `x`, created if needed (the slow path of [`slot`](Self::slot)).
+    fn find(&mut self, x: i64) -> &mut Bucket {
         let origin = *self.origin.get_or_insert(x);
         let index = ((x as i128 - origin as i128).div_euclid(BUCKET_NS as i128)) as i64;
         let at = match self.list.last() {
@@ -80,6 +94,9 @@ impl Buckets {
                 }
             },
         };
+        let start = origin as i128 + index as i128 * BUCKET_NS as i128;
+        let clamp = |v: i128| v.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+        self.last = Some((at, clamp(start), clamp(start + BUCKET_NS as i128)));
         &mut self.list[at]
     }
 

@@ -15,6 +15,8 @@
 //! error bounds are added to the pairs' guaranteed intervals (hull points moved outward by them)
 //! and to the traces' intervals at both ends.
 
+use std::sync::Arc;
+
 use crate::input::error::InputError;
 use crate::input::slew::SlewCorrection;
 use crate::input::tracefile::{ClockRecord, read_clock_record};
@@ -49,18 +51,27 @@ pub struct RawClock {
     pub to_raw: PiecewiseMap,
     /// Recorded clock ← raw clock.
     pub from_raw: PiecewiseMap,
-    /// Largest error of `to_raw` over the recording (ns).
+    /// Largest error of `to_raw` over the trace's messages (ns); over all its samples until
+    /// the messages are known.
     pub bound_ns: f64,
+    /// The fit, for bounds at given times.
+    correction: Arc<SlewCorrection>,
 }
 
 impl RawClock {
-    /// A conversion and its bound.
-    pub fn new(to_raw: PiecewiseMap, bound_ns: f64) -> Self {
+    /// The conversion a slew correction gives.
+    pub fn new(correction: SlewCorrection) -> Self {
         RawClock {
-            from_raw: to_raw.inverse(),
-            to_raw,
-            bound_ns,
+            to_raw: correction.to_raw.clone(),
+            from_raw: correction.from_raw.clone(),
+            bound_ns: correction.bound_ns,
+            correction: Arc::new(correction),
         }
+    }
+
+    /// The conversion's bound at recorded time `t_ns`.
+    pub fn bound_at(&self, t_ns: f64) -> f64 {
+        self.correction.bound_at(t_ns)
     }
 }
 
@@ -71,6 +82,8 @@ pub struct Timebases {
     pub raw: Vec<Option<RawClock>>,
     /// Per trace, the piece its last converted time fell in (times mostly follow each other).
     hints: Vec<usize>,
+    /// Per trace, the earliest and latest recorded time converted.
+    spans: Vec<(i64, i64)>,
 }
 
 impl Timebases {
@@ -79,6 +92,7 @@ impl Timebases {
         Timebases {
             raw: vec![None; traces],
             hints: vec![0; traces],
+            spans: vec![(i64::MAX, i64::MIN); traces],
         }
     }
 
@@ -88,15 +102,36 @@ impl Timebases {
         self.raw.get(trace as usize).and_then(Option::as_ref)
     }
 
+    /// True when some trace is converted (text inputs never are: their hot path skips all this).
+    #[inline]
+    pub fn any(&self) -> bool {
+        !self.hints.is_empty() && self.raw.iter().any(Option::is_some)
+    }
+
     /// Converts a recorded time of `trace` (rounded to whole ns, as the hulls need integers).
     #[inline]
     pub fn convert(&mut self, trace: u32, t_ns: i64) -> i64 {
         match self.raw.get(trace as usize) {
-            Some(Some(c)) => c
-                .to_raw
-                .apply_near(t_ns as f64, &mut self.hints[trace as usize])
-                .round() as i64,
+            Some(Some(c)) => {
+                let span = &mut self.spans[trace as usize];
+                *span = (span.0.min(t_ns), span.1.max(t_ns));
+                c.to_raw
+                    .apply_near(t_ns as f64, &mut self.hints[trace as usize])
+                    .round() as i64
+            }
             _ => t_ns,
+        }
+    }
+
+    /// Narrows each conversion's bound to the span of the times it converted (once every
+    /// message went through [`convert`](Self::convert)).
+    pub fn settle_bounds(&mut self) {
+        for (c, &(first, last)) in self.raw.iter_mut().zip(&self.spans) {
+            if let Some(c) = c
+                && first <= last
+            {
+                c.bound_ns = c.correction.bound_between(first as f64, last as f64);
+            }
         }
     }
 
@@ -160,9 +195,5 @@ pub fn resolve(
 fn raw_clock(record: &ClockRecord) -> Result<RawClock, String> {
     let c = SlewCorrection::from_samples(&record.samples, record.bracketed)
         .map_err(|e| e.to_string())?;
-    Ok(RawClock {
-        to_raw: c.to_raw,
-        from_raw: c.from_raw,
-        bound_ns: c.bound_ns,
-    })
+    Ok(RawClock::new(c))
 }

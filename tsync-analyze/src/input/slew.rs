@@ -288,6 +288,24 @@ impl SlewCorrection {
         }
     }
 
+    /// The largest bound over recorded times `[t0, t1]`: what converting every event of that
+    /// span may err by. Recordings take samples before their first event and after their last,
+    /// so the edge intervals (whose rates before and after are unknown) usually hold no event.
+    pub fn bound_between(&self, t0: f64, t1: f64) -> f64 {
+        let (x0, x1) = (self.to_raw.apply(t0), self.to_raw.apply(t1.max(t0)));
+        let interval = |x: f64| {
+            self.raw
+                .partition_point(|&r| r as f64 <= x)
+                .saturating_sub(1)
+                .min(self.bounds.len() - 1)
+        };
+        let inside = self.bounds[interval(x0)..=interval(x1)]
+            .iter()
+            .copied()
+            .fold(0.0, f64::max);
+        inside.max(self.bound_at(t0)).max(self.bound_at(t1))
+    }
+
     /// What `info` shows: rates, phase moved, pieces, bound, rate history.
     pub fn summary(&self) -> SlewSummary {
         self.summary.clone()
