@@ -1,4 +1,4 @@
-//! `tsync-analyze correct`: the linear correction of `sync`, then the controlled logical clock
+//! `tsync-analyze correct`: the clock maps of `sync`, then the controlled logical clock
 //! over all traces' events; prints what the clock changed (the `correct --json` report).
 
 use clap::Args;

@@ -12,7 +12,7 @@ use super::{ClcArgs, CmdResult, PlotArgs, SyncArgs};
 pub struct EvalCmd {
     #[command(flatten)]
     pub sync: SyncArgs,
-    /// Apply the controlled logical clock after the linear correction.
+    /// Apply the controlled logical clock after the clock maps.
     #[arg(long)]
     pub clc: bool,
     #[command(flatten)]
@@ -74,7 +74,11 @@ fn opt_ns(v: Option<f64>) -> String {
 fn render(r: &EvalReport, names: &[&str]) -> String {
     let mut out = format!(
         "evaluation after the {} correction\n\n{:<24} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>12}\n",
-        if r.clc { "linear + CLC" } else { "linear" },
+        if r.clc {
+            "clock-map + CLC"
+        } else {
+            "clock-map"
+        },
         "pair",
         "messages",
         "inversions",

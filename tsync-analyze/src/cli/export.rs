@@ -20,7 +20,7 @@ pub struct ExportCmd {
     /// complete; an input is never accepted as the output.
     #[arg(short, long, value_name = "OUT")]
     pub output: PathBuf,
-    /// Apply the controlled logical clock after the linear correction (holds 8 bytes per event).
+    /// Apply the controlled logical clock after the clock maps (holds 8 bytes per event).
     #[arg(long)]
     pub clc: bool,
     #[command(flatten)]

@@ -110,7 +110,7 @@ pub enum TimebaseArg {
 }
 
 /// The inputs and how to synchronize them: what `sync` takes, and what the commands that start
-/// from its linear correction take too.
+/// from its clock maps take too.
 #[derive(Args)]
 pub struct SyncArgs {
     /// Trace files (tsync-agent) and/or text message files.
@@ -166,7 +166,7 @@ impl SyncArgs {
 #[derive(Args)]
 pub struct ClcArgs {
     /// Forward amortization γ in (0, 1]: after a jump the clock runs at γ times its speed until
-    /// it meets the linear correction again [default: 0.999].
+    /// it meets the clock maps again [default: 0.999].
     #[arg(long, value_name = "G")]
     pub gamma: Option<f64>,
     /// Backward amortization slope ρ = jump / interval (0 disables it) [default: 0.01].

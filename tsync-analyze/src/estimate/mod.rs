@@ -105,6 +105,10 @@ pub struct PairSegment {
     pub messages_ab: u64,
     /// Messages b→a in the segment.
     pub messages_ba: u64,
+    /// The segment's half hulls (empty for a one-segment pair, whose hulls are the pair's).
+    pub hull_ab: Vec<Point>,
+    /// Upper half hull of the segment's b→a points.
+    pub hull_ba: Vec<Point>,
 }
 
 /// The result for one trace pair (a < b); maps are from a's clock to b's.
@@ -723,6 +727,8 @@ fn pair_result(p: PairState, options: &SyncOptions, relax: i64) -> PairResult {
             approx_error_ns: result.approx_error_ns,
             messages_ab: result.messages_ab,
             messages_ba: result.messages_ba,
+            hull_ab: Vec::new(),
+            hull_ba: Vec::new(),
         });
     }
     result
@@ -849,6 +855,8 @@ fn segment(buckets: &[HullBucket], bend_ns: f64, end_ns: i64, relax: i64) -> Pai
         approx_error_ns: c.approx_error_ns,
         messages_ab: buckets.iter().map(|b| b.messages_ab).sum(),
         messages_ba: buckets.iter().map(|b| b.messages_ba).sum(),
+        hull_ab: lower,
+        hull_ba: upper,
     }
 }
 

@@ -151,7 +151,7 @@ fn non_empty_bins<S: Serializer>(h: &LogHistogram, s: S) -> Result<S::Ok, S::Err
 /// The `eval --json` report (docs/json.md), with the accuracy curves.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EvalReport {
-    /// Whether the controlled logical clock was applied after the linear correction.
+    /// Whether the controlled logical clock was applied after the clock maps.
     pub clc: bool,
     /// One entry per ordered pair with at least one message, sorted by (from, to).
     pub pairs: Vec<PairEval>,

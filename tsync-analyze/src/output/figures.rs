@@ -33,7 +33,20 @@ pub fn write_plots(
         let b_name = &sync.traces[p.b as usize].name;
         let hull =
             |h: &[crate::estimate::hull::Point]| h.iter().map(|q| (q.x, q.y)).collect::<Vec<_>>();
-        let (hull_ab, hull_ba) = (hull(&p.hull_ab), hull(&p.hull_ba));
+        // A pair cut into segments shows each segment's hulls (the whole pair's would draw
+        // chords across the bends).
+        let (hull_ab, hull_ba) = if p.segments.len() > 1 {
+            let all =
+                |side: fn(&crate::estimate::PairSegment) -> &[crate::estimate::hull::Point]| {
+                    p.segments
+                        .iter()
+                        .flat_map(|s| side(s).iter().map(|q| (q.x, q.y)))
+                        .collect::<Vec<_>>()
+                };
+            (all(|s| &s.hull_ab), all(|s| &s.hull_ba))
+        } else {
+            (hull(&p.hull_ab), hull(&p.hull_ba))
+        };
         let accuracy = p.accuracy.as_ref().map_or(&[][..], |c| &c.points);
         let figure = SyncPlot {
             a_name,

@@ -33,7 +33,7 @@ pub struct ExportEvent<'a> {
     pub event: &'a PacketEvent,
     /// Time on the node's own clock (ns).
     pub original_ns: i64,
-    /// Time on the common timebase (ns), after the linear correction (and the CLC, if used).
+    /// Time on the common timebase (ns), after the clock maps (and the CLC, if used).
     pub corrected_ns: i64,
     /// The matched event of the same packet, if any.
     pub peer: Option<PeerRef>,
@@ -166,7 +166,7 @@ impl Timeline {
     }
 
     /// Streams every event, merged by corrected time, to `sink`. `corrected` are the CLC's
-    /// tables (else the linear correction is used). Peers are the kept messages' other ends,
+    /// tables (else the clock maps are used). Peers are the kept messages' other ends,
     /// so build the timeline with `keep_messages`.
     pub fn export(
         &self,

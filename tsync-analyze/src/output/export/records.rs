@@ -15,7 +15,7 @@ pub struct EventRecord<'a> {
     pub direction: &'static str,
     /// Time on the node's own clock (ns).
     pub original_ns: i64,
-    /// Time on the common timebase (ns), after the linear correction (and the CLC, if used).
+    /// Time on the common timebase (ns), after the clock maps (and the CLC, if used).
     pub corrected_ns: i64,
     /// `tcp4`, `tcp6`, `udp4` (`unknown` for anything else).
     pub kind: &'static str,

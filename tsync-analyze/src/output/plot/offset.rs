@@ -390,7 +390,7 @@ pub(super) fn draw_sync<DB: DrawingBackend>(
                 SEGMENTS_COLOR.stroke_width(3),
             ))
             .map_err(err)?
-            .label(format!("piecewise map ({} segments)", map.pieces().len()))
+            .label(format!("piecewise map ({} pieces)", map.pieces().len()))
             .legend(move |(x, y)| {
                 PathElement::new([(x, y), (x + 20, y)], SEGMENTS_COLOR.stroke_width(3))
             });
