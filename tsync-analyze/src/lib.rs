@@ -59,6 +59,7 @@ mod timeline;
 pub use estimate::accuracy::{AccuracyCurve, AccuracyPoint, AccuracyStats};
 pub use estimate::corridor::Quality;
 pub use estimate::hull::Point;
+pub use estimate::joint::ReductionChoice;
 pub use estimate::linreg::LinRegFit;
 pub use estimate::timebase::{RawClock, TimebaseChoice, Timebases};
 pub use estimate::{

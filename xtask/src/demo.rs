@@ -250,7 +250,10 @@ pub fn analyze(
     Ok((sync, checks, inversions))
 }
 
-/// Compares pair (node 0, node k) with the truth `t_k = skew(t_0)`.
+/// Compares trace k's map onto node 0 with the truth `t_k = skew(t_0)`, at the middle of the
+/// pair (node 0, node k)'s messages. The pair itself is estimated on the nodes' raw clocks, where
+/// the agent's `--clock-skew` (applied to CLOCK_MONOTONIC, like NTP's slewing) does not exist;
+/// the trace map goes from node k's recorded clock to node 0's, skew included.
 fn check_node(sync: &SyncResult, k: usize, skew: ClockSkew) -> anyhow::Result<NodeCheck> {
     let pair = sync
         .pair(0, k as u32)
@@ -259,13 +262,17 @@ fn check_node(sync: &SyncResult, k: usize, skew: ClockSkew) -> anyhow::Result<No
     // Trace k onto node 0: t_0 = drift·t_k + offset, so t_k = (t_0 − offset) / drift.
     let drift = trace.line.drift;
     let truth = |t0: f64| t0 + skew.offset_ns as f64 + t0 * skew.drift_ppm * 1e-6;
-    let (true_offset_mid_ns, recovered_offset_mid_ns, interval) = match (pair.span, &pair.map) {
-        (Some((start, end)), Some(estimate)) => {
-            let mid = start + (end - start) / 2;
-            let t = truth(mid as f64);
-            let interval = pair.interval_at(mid).map(|(lo, hi)| (lo - t, hi - t));
-            let mid = mid as f64;
-            (t - mid, estimate.apply(mid) - mid, interval)
+    let (true_offset_mid_ns, recovered_offset_mid_ns, interval) = match pair.span {
+        Some((start, end)) => {
+            // The pair's span is on node 0's estimation clock; back to its recorded clock.
+            let mid = start as f64 + (end - start) as f64 / 2.0;
+            let t0 = sync.timebases.of(0).map_or(mid, |c| c.from_raw.apply(mid));
+            let tk = truth(t0).round();
+            let back = sync.to_reference(k as u32, tk as i64);
+            let interval = sync
+                .interval(k as u32, tk as i64)
+                .map(|(lo, hi)| (t0 - hi, t0 - lo));
+            (tk - t0, tk - back, interval)
         }
         _ => (f64::NAN, f64::NAN, None),
     };

@@ -18,8 +18,8 @@ use tsync_analyze::output::figures;
 use tsync_analyze::output::plot::PlotFormat;
 
 use tsync_analyze::{
-    Algorithm, DEFAULT_WINDOW_NS, InputSet, MatchOptions, Quality, SyncOptions, SyncResult,
-    TimebaseChoice, Timeline, TimelineOptions,
+    Algorithm, DEFAULT_WINDOW_NS, InputSet, MatchOptions, Quality, ReductionChoice, SyncOptions,
+    SyncResult, TimebaseChoice, Timeline, TimelineOptions,
 };
 
 /// A command's failure: the message printed after `tsync-analyze: error:`, and the exit status
@@ -102,6 +102,15 @@ pub enum AlgorithmArg {
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
+pub enum ReductionArg {
+    /// Weighted least squares over every usable pair of a group: loops of pairs average out
+    /// each pair's error.
+    Joint,
+    /// Pair maps composed along one shortest accuracy-weighted path from the reference.
+    Path,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
 pub enum TimebaseArg {
     /// Each node's CLOCK_MONOTONIC_RAW, from the trace's clock samples: NTP's slewing undone.
     Raw,
@@ -130,6 +139,11 @@ pub struct SyncArgs {
     /// always start from the recorded clock.
     #[arg(long, value_enum, default_value = "raw")]
     pub timebase: TimebaseArg,
+    /// How pair maps become one map per trace: `joint` combines every pair of a group (the
+    /// result no longer depends on the reference but for its frame), `path` composes them along
+    /// one shortest path.
+    #[arg(long, value_enum, default_value = "joint")]
+    pub reduction: ReductionArg,
     /// Exit with status 3 when any trace is not synchronized, the traces form several groups, or
     /// any pair is only `approximate` (without it, status 3 only when nothing was synchronized).
     #[arg(long)]
@@ -153,6 +167,10 @@ impl SyncArgs {
             reference: self.reference.clone(),
             matching: self.matching.options()?,
             linreg_filter_z: self.filter,
+            reduction: match self.reduction {
+                ReductionArg::Joint => ReductionChoice::Joint,
+                ReductionArg::Path => ReductionChoice::Path,
+            },
             timebase: match self.timebase {
                 TimebaseArg::Raw => TimebaseChoice::Raw,
                 TimebaseArg::Recorded => TimebaseChoice::Recorded,

@@ -8,6 +8,7 @@
 pub mod accuracy;
 pub mod corridor;
 pub mod hull;
+pub mod joint;
 pub mod linreg;
 pub mod reduction;
 mod segments;
@@ -17,6 +18,7 @@ mod warnings;
 use crate::estimate::accuracy::AccuracyCurve;
 use crate::estimate::corridor::{ExactLine, Quality};
 use crate::estimate::hull::{Point, Side};
+use crate::estimate::joint::{JointEdge, ReductionChoice};
 use crate::estimate::linreg::{LinRegAccumulator, LinRegFit};
 use crate::estimate::reduction::{Edge, Weight};
 use crate::estimate::segments::{Buckets, Cut, HullBucket};
@@ -62,6 +64,8 @@ pub struct SyncOptions {
     pub linreg_filter_z: Option<f64>,
     /// The clocks to estimate on (default: each node's raw clock where its samples allow).
     pub timebase: TimebaseChoice,
+    /// How pair maps become trace maps (default: the joint estimate over every pair).
+    pub reduction: ReductionChoice,
 }
 
 /// A limit line of the corridor: the map `t_b = offset_ns + drift · t_a` through two message
@@ -238,6 +242,9 @@ pub struct TraceResult {
     pub timebase: TimebaseChoice,
     /// Error bound of that conversion (ns; 0 on the recorded clock).
     pub conversion_bound_ns: f64,
+    /// Pairs the joint estimate combined into this trace's map (0 where the path maps were kept:
+    /// `--reduction path`, a reference, or a group whose pairs form no loop).
+    pub pairs_used: usize,
     /// Traces from the reference to this one along which pair maps were composed.
     pub path: Vec<u32>,
 }
@@ -586,13 +593,41 @@ pub fn finish(
             });
         }
     }
-    let (red, reference) = match reduction::reduce(trace_names.len(), &edges, reference) {
+    let (mut red, reference) = match reduction::reduce(trace_names.len(), &edges, reference) {
         Ok(red) => (red, reference),
         Err(e) => {
             warnings.push(format!("{e}; references chosen automatically"));
             let red = reduction::reduce(trace_names.len(), &edges, None)
                 .expect("no reference requested: nothing to reject");
             (red, None)
+        }
+    };
+    let informed = match options.reduction {
+        ReductionChoice::Path => vec![0; trace_names.len()],
+        ReductionChoice::Joint => {
+            let joint_edges: Vec<JointEdge<'_>> = edges
+                .iter()
+                .filter_map(|e| {
+                    let pair = pairs.iter().find(|p| p.a == e.a && p.b == e.b)?;
+                    let span = pair.span?;
+                    let sigma_ns = e.weight.ns * if e.weight.best_effort > 0 { 10.0 } else { 1.0 };
+                    Some(JointEdge {
+                        edge: e,
+                        sigma_ns,
+                        span,
+                        centre: (pair.segments.len() == 1)
+                            .then(|| {
+                                let range = pair
+                                    .minslope
+                                    .zip(pair.maxslope)
+                                    .map(|(lo, hi)| hi.line.drift - lo.line.drift);
+                                joint::centre(&pair.hull_ab, &pair.hull_ba, range)
+                            })
+                            .flatten(),
+                    })
+                })
+                .collect();
+            joint::refine(&mut red, &joint_edges)
         }
     };
     warnings.extend(warnings::unsynchronized(&red, trace_names));
@@ -611,7 +646,7 @@ pub fn finish(
         .enumerate()
         .map(|(i, t)| {
             let map = timebases.recorded_map(i as u32, t.reference, &t.map);
-            let line = if timebases.all_recorded() {
+            let line = if timebases.all_recorded() && informed[i] == 0 {
                 t.line
             } else {
                 map.chord()
@@ -630,6 +665,7 @@ pub fn finish(
                     TimebaseChoice::Recorded
                 },
                 conversion_bound_ns: timebases.bound_ns(i as u32),
+                pairs_used: informed[i],
                 path: t.path,
             }
         })

@@ -236,8 +236,23 @@ fn residuals(buckets: &[HullBucket], slope: f64) -> Vec<Residual> {
     else {
         return Vec::new();
     };
+    // A bucket's centre is the minimum of its delays: with few messages (the last bucket, cut
+    // short by the end of the trace; a lull in traffic) it is far noisier than the others, and
+    // one such outlier would cut a straight line. Buckets with less than a quarter of the usual
+    // count in either direction give no residual (they still belong to a segment).
+    let mut counts: Vec<u64> = buckets
+        .iter()
+        .map(|b| b.messages_ab.min(b.messages_ba))
+        .collect();
+    counts.sort_unstable();
+    let usual = counts[counts.len() / 2];
     let usable: Vec<usize> = (0..buckets.len())
-        .filter(|&i| !buckets[i].lower.is_empty() && !buckets[i].upper.is_empty())
+        .filter(|&i| {
+            let b = &buckets[i];
+            !b.lower.is_empty()
+                && !b.upper.is_empty()
+                && 4 * b.messages_ab.min(b.messages_ba) >= usual
+        })
         .collect();
     let first: Vec<Residual> = usable
         .iter()

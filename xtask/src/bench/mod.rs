@@ -18,6 +18,7 @@ use crate::{
 pub mod analyze;
 pub mod capture;
 mod machine;
+pub mod mesh;
 
 /// The benchmarks.
 #[derive(clap::Args)]
@@ -32,6 +33,8 @@ enum Which {
     Analyze(analyze::Args),
     /// Capture overhead: iperf3 between two network namespaces, with and without agents.
     Capture(capture::Args),
+    /// Network-wide estimation on synthetic meshes: path against joint, against the truth.
+    Mesh(mesh::Args),
 }
 
 impl Args {
@@ -39,6 +42,7 @@ impl Args {
         match self.which {
             Some(Which::Analyze(args)) => args.run(),
             Some(Which::Capture(args)) => args.run(),
+            Some(Which::Mesh(args)) => args.run(),
             None => all(),
         }
     }
