@@ -307,7 +307,7 @@ fn grid(red: &Reduction, edges: &[&JointEdge<'_>]) -> Vec<f64> {
             grid.push(to_ref(a, p.start_ns));
         }
     }
-    if !(lo < hi) {
+    if lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less) {
         return Vec::new();
     }
     grid.retain(|&t| t > lo && t < hi);
@@ -376,7 +376,7 @@ pub fn centre(lower: &[Point], upper: &[Point], drift_range: Option<f64>) -> Opt
     };
     let lo = lower.first()?.x.max(upper.first()?.x) as f64;
     let hi = lower.last()?.x.min(upper.last()?.x) as f64;
-    if !(hi > lo) {
+    if hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater) {
         return None;
     }
     // Relative to the first sample, so that epoch-sized times keep their nanoseconds.
