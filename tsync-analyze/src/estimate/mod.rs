@@ -10,6 +10,7 @@ pub mod corridor;
 pub mod hull;
 pub mod joint;
 pub mod linreg;
+pub mod network;
 pub mod reduction;
 mod segments;
 pub mod timebase;
@@ -245,6 +246,8 @@ pub struct TraceResult {
     /// Pairs the joint estimate combined into this trace's map (0 where the path maps were kept:
     /// `--reduction path`, a reference, or a group whose pairs form no loop).
     pub pairs_used: usize,
+    /// First and last local time (recorded clock) of the trace's messages.
+    pub span_ns: Option<(i64, i64)>,
     /// Traces from the reference to this one along which pair maps were composed.
     pub path: Vec<u32>,
 }
@@ -264,6 +267,10 @@ pub struct SyncResult {
     pub warnings: Vec<String>,
     /// How each trace's times were converted before estimation.
     pub timebases: Timebases,
+    /// How the pair maps became trace maps.
+    pub reduction: ReductionChoice,
+    /// Each trace's map inverted (reference time → the trace's recorded clock).
+    inverses: Vec<PiecewiseMap>,
 }
 
 impl SyncResult {
@@ -279,10 +286,27 @@ impl SyncResult {
     }
 
     /// The guaranteed interval of `trace`'s local time `t_ns` on its reference's timebase: the
-    /// pairs' intervals carried along the trace's path (each bound through the bound of the same
-    /// side, as every bound rises with time). None where a pair on the path gives no guarantee
-    /// (approximate, or outside its messages' span); the reference itself is exact.
+    /// network-wide one (every accurate or one-sided pair of the group, [`network`]), which is
+    /// never wider than the path's; the path's where the network leaves a side open or
+    /// contradicts itself. None where neither gives a guarantee.
     pub fn interval(&self, trace: u32, t_ns: i64) -> Option<(f64, f64)> {
+        match self.network_interval(trace, t_ns) {
+            Some(n) => Some((n.lo, n.hi)),
+            None => self.path_interval(trace, t_ns),
+        }
+    }
+
+    /// The network-wide interval with its path counterpart and the pairs that bound it.
+    pub fn network_interval(&self, trace: u32, t_ns: i64) -> Option<network::NetworkInterval> {
+        network::interval(self, &self.inverses, trace, t_ns)
+    }
+
+    /// The guaranteed interval of `trace`'s local time `t_ns` on its reference's timebase along
+    /// the trace's path alone: the pairs' intervals carried from pair to pair (each bound through
+    /// the bound of the same side, as every bound rises with time). None where a pair on the path
+    /// gives no guarantee (approximate, or outside its messages' span); the reference itself is
+    /// exact.
+    pub fn path_interval(&self, trace: u32, t_ns: i64) -> Option<(f64, f64)> {
         let t = &self.traces[trace as usize];
         if !t.synchronized {
             return None;
@@ -640,7 +664,8 @@ pub fn finish(
             ));
         }
     }
-    let traces = red
+    let spans = trace_spans(&pairs, &timebases, trace_names.len());
+    let traces: Vec<TraceResult> = red
         .traces
         .into_iter()
         .enumerate()
@@ -666,18 +691,71 @@ pub fn finish(
                 },
                 conversion_bound_ns: timebases.bound_ns(i as u32),
                 pairs_used: informed[i],
+                span_ns: spans[i],
                 path: t.path,
             }
         })
         .collect();
-    SyncResult {
+    let inverses = traces
+        .iter()
+        .map(|t: &TraceResult| t.map.inverse())
+        .collect();
+    let mut result = SyncResult {
         algorithm: options.algorithm,
         traces,
         pairs,
         matching,
         warnings,
         timebases,
+        reduction: options.reduction,
+        inverses,
+    };
+    for cycle in network::contradictions(&result, &result.inverses, 5) {
+        let names: Vec<String> = cycle
+            .iter()
+            .map(|&(a, b)| format!("{}–{}", trace_names[a as usize], trace_names[b as usize]))
+            .collect();
+        result.warnings.push(format!(
+            "the guaranteed intervals of pairs {} contradict each other (no clocks satisfy them \
+             all: a clock that broke the model, or wrongly matched messages); their network-wide \
+             intervals are not used",
+            names.join(", ")
+        ));
     }
+    result
+}
+
+/// Each trace's span of messages on its recorded clock, from the pairs' spans.
+fn trace_spans(
+    pairs: &[PairResult],
+    timebases: &Timebases,
+    traces: usize,
+) -> Vec<Option<(i64, i64)>> {
+    let mut spans: Vec<Option<(f64, f64)>> = vec![None; traces];
+    let mut widen = |k: u32, lo: f64, hi: f64| {
+        let s = &mut spans[k as usize];
+        *s = Some(s.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+    };
+    for p in pairs {
+        let (Some((lo, hi)), Some(map)) = (p.span, &p.map) else {
+            continue;
+        };
+        widen(p.a, lo as f64, hi as f64);
+        widen(p.b, map.apply(lo as f64), map.apply(hi as f64));
+    }
+    spans
+        .into_iter()
+        .enumerate()
+        .map(|(k, s)| {
+            s.map(|(lo, hi)| {
+                let back = |t: f64| match timebases.of(k as u32) {
+                    Some(c) => c.from_raw.apply(t),
+                    None => t,
+                };
+                (back(lo).floor() as i64, back(hi).ceil() as i64)
+            })
+        })
+        .collect()
 }
 
 /// Uncertainty of a pair estimate for the choice of references and paths.

@@ -17,6 +17,7 @@ use crate::model::PiecewiseMap;
 #[derive(Serialize)]
 struct SyncDocument<'a> {
     algorithm: &'static str,
+    reduction: &'static str,
     traces: Vec<TraceDocument<'a>>,
     pairs: Vec<PairDocument>,
     matching: &'a MatchStats,
@@ -38,6 +39,65 @@ struct TraceDocument<'a> {
     path: &'a [u32],
     timebase: TimebaseChoice,
     conversion_bound_ns: f64,
+    pairs_used: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    span_ns: Option<[i64; 2]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interval: Option<IntervalDocument>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    intervals: Vec<IntervalPoint>,
+}
+
+/// A trace's network-wide interval at the middle of its span.
+#[derive(Serialize)]
+struct IntervalDocument {
+    at_ns: i64,
+    lo_ns: f64,
+    hi_ns: f64,
+    width_ns: f64,
+    path_width_ns: Option<f64>,
+    pairs: Vec<[u32; 2]>,
+}
+
+/// The interval at one local time.
+#[derive(Serialize)]
+struct IntervalPoint {
+    at_ns: i64,
+    lo_ns: f64,
+    hi_ns: f64,
+}
+
+/// Points across a trace's span where the JSON gives its interval.
+const INTERVAL_POINTS: usize = 11;
+
+fn intervals(r: &SyncResult, t: &TraceResult) -> (Option<IntervalDocument>, Vec<IntervalPoint>) {
+    let Some((first, last)) = t
+        .span_ns
+        .filter(|_| t.synchronized && t.reference != t.index)
+    else {
+        return (None, Vec::new());
+    };
+    let mid = first + (last - first) / 2;
+    let middle = r.network_interval(t.index, mid).map(|n| IntervalDocument {
+        at_ns: mid,
+        lo_ns: n.lo,
+        hi_ns: n.hi,
+        width_ns: n.hi - n.lo,
+        path_width_ns: n.path.map(|(lo, hi)| hi - lo),
+        pairs: n.pairs.iter().map(|&(a, b)| [a, b]).collect(),
+    });
+    let points = (0..INTERVAL_POINTS)
+        .filter_map(|i| {
+            let at =
+                first + ((last - first) as f64 * i as f64 / (INTERVAL_POINTS - 1) as f64) as i64;
+            r.interval(t.index, at).map(|(lo, hi)| IntervalPoint {
+                at_ns: at,
+                lo_ns: lo,
+                hi_ns: hi,
+            })
+        })
+        .collect();
+    (middle, points)
 }
 
 /// One piece of a map: `t_to = drift · t + offset_ns` from `start_ns` to the next piece's start
@@ -96,8 +156,9 @@ impl From<&PairSegment> for SegmentDocument {
     }
 }
 
-impl<'a> From<&'a TraceResult> for TraceDocument<'a> {
-    fn from(t: &'a TraceResult) -> Self {
+impl<'a> TraceDocument<'a> {
+    fn new(r: &SyncResult, t: &'a TraceResult) -> Self {
+        let (interval, intervals) = intervals(r, t);
         TraceDocument {
             index: t.index,
             name: &t.name,
@@ -110,6 +171,10 @@ impl<'a> From<&'a TraceResult> for TraceDocument<'a> {
             path: &t.path,
             timebase: t.timebase,
             conversion_bound_ns: t.conversion_bound_ns,
+            pairs_used: t.pairs_used,
+            span_ns: t.span_ns.map(|(a, b)| [a, b]),
+            interval,
+            intervals,
         }
     }
 }
@@ -201,7 +266,8 @@ impl From<&PairResult> for PairDocument {
 pub fn to_json(r: &SyncResult) -> Value {
     let document = SyncDocument {
         algorithm: r.algorithm.as_str(),
-        traces: r.traces.iter().map(TraceDocument::from).collect(),
+        reduction: r.reduction.as_str(),
+        traces: r.traces.iter().map(|t| TraceDocument::new(r, t)).collect(),
         pairs: r.pairs.iter().map(PairDocument::from).collect(),
         matching: &r.matching,
         warnings: &r.warnings,
@@ -340,26 +406,61 @@ pub fn to_text(r: &SyncResult) -> String {
         } else {
             let _ = writeln!(
                 s,
-                "  {} (group {}): reference {}, drift {} ({:+.4} ppm), offset {} ns (pair maps composed along {})",
+                "  {} (group {}): reference {}, drift {} ({:+.4} ppm), offset {} ns ({})",
                 t.name,
                 t.group,
                 name(t.reference),
                 t.line.drift,
                 (t.line.drift - 1.0) * 1e6,
                 t.line.offset_ns,
-                // `path` runs from the reference to the trace; print it the way the map goes.
-                t.path
-                    .iter()
-                    .rev()
-                    .map(|&i| name(i))
-                    .collect::<Vec<_>>()
-                    .join(" → ")
+                if t.pairs_used > 0 {
+                    format!(
+                        "joint estimate over the {} pairs of its group",
+                        t.pairs_used
+                    )
+                } else {
+                    // `path` runs from the reference to the trace; print it the way the map goes.
+                    format!(
+                        "pair maps composed along {}",
+                        t.path
+                            .iter()
+                            .rev()
+                            .map(|&i| name(i))
+                            .collect::<Vec<_>>()
+                            .join(" → ")
+                    )
+                }
             );
             if !t.map.is_linear() {
                 let _ = writeln!(
                     s,
                     "      piecewise: {} pieces (the line above is their chord; --json lists them)",
                     t.map.pieces().len()
+                );
+            }
+        }
+        if t.synchronized && t.reference != t.index {
+            if let Some(n) = t
+                .span_ns
+                .and_then(|(a, b)| r.network_interval(t.index, a + (b - a) / 2))
+            {
+                let _ = writeln!(
+                    s,
+                    "      guaranteed interval at its middle: {} wide{} (bounded by {})",
+                    us(n.hi - n.lo),
+                    n.path
+                        .map_or(" (its path alone gives none)".into(), |(lo, hi)| {
+                            if hi - lo > n.hi - n.lo + 0.5 {
+                                format!(", {} along its path alone", us(hi - lo))
+                            } else {
+                                String::new()
+                            }
+                        }),
+                    n.pairs
+                        .iter()
+                        .map(|&(a, b)| format!("{}–{}", name(a), name(b)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 );
             }
         }

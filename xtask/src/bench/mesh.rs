@@ -5,7 +5,8 @@
 //! same messages are synchronized with `--reduction path` and `--reduction joint`, and each trace's
 //! map is compared with the generator's truth at the middle of the run and at 101 points across it;
 //! the network-wide intervals are checked against the truth at the same points and compared in
-//! width with the path composition's.
+//! width with the path composition's. Each seed runs twice: an even mesh, and an uneven one whose
+//! pairs with the reference carry 20 times fewer messages than the others.
 
 use anyhow::Result;
 use tsync_analyze::synth::Workload;
@@ -37,8 +38,10 @@ pub struct MeshError {
     pub outside: usize,
     /// Checked points with an interval.
     pub with_interval: usize,
-    /// Mean interval width at the middle (ns).
+    /// Mean network-wide interval width at the middle (ns).
     pub mean_width_ns: f64,
+    /// Mean path-composed interval width at the middle (ns).
+    pub mean_path_width_ns: f64,
 }
 
 impl Args {
@@ -47,26 +50,45 @@ impl Args {
             return super::rerun_in_release();
         }
         println!(
-            "| seed | reduction | worst error at middle (µs) | mean error at middle (µs) | worst error over the run (µs) | mean interval width at middle (µs) | truth inside |\n|---|---|---:|---:|---:|---:|---|"
+            "| seed | reduction | worst error at middle (µs) | mean error at middle (µs) | worst error over the run (µs) | mean interval width at middle: path → network (µs) | truth inside the network interval |\n|---|---|---:|---:|---:|---:|---|"
         );
         for &seed in &self.seeds {
-            let w = Workload::benchmark(self.traces, self.messages, seed);
-            for reduction in [ReductionChoice::Path, ReductionChoice::Joint] {
-                let e = measure(&w, reduction);
-                println!(
-                    "| {seed} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {} of {} |",
-                    reduction.as_str(),
-                    e.worst_mid_ns / 1e3,
-                    e.mean_mid_ns / 1e3,
-                    e.worst_ns / 1e3,
-                    e.mean_width_ns / 1e3,
-                    e.with_interval - e.outside,
-                    e.with_interval
-                );
+            for (shape, w) in [
+                (
+                    "even",
+                    Workload::benchmark(self.traces, self.messages, seed),
+                ),
+                ("uneven", uneven(self.traces, self.messages, seed)),
+            ] {
+                for reduction in [ReductionChoice::Path, ReductionChoice::Joint] {
+                    let e = measure(&w, reduction);
+                    println!(
+                        "| {seed} {shape} | {} | {:.3} | {:.3} | {:.3} | {:.3} → {:.3} | {} of {} |",
+                        reduction.as_str(),
+                        e.worst_mid_ns / 1e3,
+                        e.mean_mid_ns / 1e3,
+                        e.worst_ns / 1e3,
+                        e.mean_path_width_ns / 1e3,
+                        e.mean_width_ns / 1e3,
+                        e.with_interval - e.outside,
+                        e.with_interval
+                    );
+                }
             }
         }
         Ok(())
     }
+}
+
+/// A mesh whose pairs with trace 0 (the reference) carry 20 times fewer messages than the others:
+/// their own intervals are wide, and the network's detours are what bounds those traces.
+pub fn uneven(traces: usize, messages: u64, seed: u64) -> Workload {
+    let mut w = Workload::benchmark(traces, messages, seed);
+    let others: Vec<(u32, u32)> = w.links.iter().copied().filter(|l| l.0 != 0).collect();
+    for _ in 0..19 {
+        w.links.extend_from_slice(&others);
+    }
+    w
 }
 
 /// Synchronizes the workload's messages with `reduction` (trace 0 the reference) and compares.
@@ -107,6 +129,9 @@ pub fn compare(w: &Workload, sync: &SyncResult) -> MeshError {
         e.mean_mid_ns += mid_err.abs() / (w.clocks.len() - 1) as f64;
         if let Some((lo, hi)) = mid_interval {
             widths += (hi - lo) / (w.clocks.len() - 1) as f64;
+        }
+        if let Some((lo, hi)) = sync.path_interval(k as u32, clock.local(mid)) {
+            e.mean_path_width_ns += (hi - lo) / (w.clocks.len() - 1) as f64;
         }
         for i in 0..=100 {
             let (err, interval, truth) = at(start + (end - start) * i as f64 / 100.0);
