@@ -171,8 +171,7 @@ fn bellman_ford(
     }
     let mut cycle = Vec::new();
     let mut u = v;
-    loop {
-        let Some(k) = via[u] else { break };
+    while let Some(k) = via[u] {
         cycle.push(cs[k].pair);
         u = cs[k].from;
         if u == v || cycle.len() > n {

@@ -439,30 +439,30 @@ pub fn to_text(r: &SyncResult) -> String {
                 );
             }
         }
-        if t.synchronized && t.reference != t.index {
-            if let Some(n) = t
+        if t.synchronized
+            && t.reference != t.index
+            && let Some(n) = t
                 .span_ns
                 .and_then(|(a, b)| r.network_interval(t.index, a + (b - a) / 2))
-            {
-                let _ = writeln!(
-                    s,
-                    "      guaranteed interval at its middle: {} wide{} (bounded by {})",
-                    us(n.hi - n.lo),
-                    n.path
-                        .map_or(" (its path alone gives none)".into(), |(lo, hi)| {
-                            if hi - lo > n.hi - n.lo + 0.5 {
-                                format!(", {} along its path alone", us(hi - lo))
-                            } else {
-                                String::new()
-                            }
-                        }),
-                    n.pairs
-                        .iter()
-                        .map(|&(a, b)| format!("{}–{}", name(a), name(b)))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-            }
+        {
+            let _ = writeln!(
+                s,
+                "      guaranteed interval at its middle: {} wide{} (bounded by {})",
+                us(n.hi - n.lo),
+                n.path
+                    .map_or(" (its path alone gives none)".into(), |(lo, hi)| {
+                        if hi - lo > n.hi - n.lo + 0.5 {
+                            format!(", {} along its path alone", us(hi - lo))
+                        } else {
+                            String::new()
+                        }
+                    }),
+                n.pairs
+                    .iter()
+                    .map(|&(a, b)| format!("{}–{}", name(a), name(b)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
         }
         if t.timebase == TimebaseChoice::Raw {
             let _ = writeln!(
