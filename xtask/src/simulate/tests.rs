@@ -328,8 +328,10 @@ fn the_check_finds_the_truth_inside_the_interval_on_linear_clocks_whichever_the_
             // The pair's hulls start and end a little inside the node's first and last events.
             assert!(row.with_interval + 5 >= row.points, "{row:?}");
             assert_eq!(row.outside, 0, "{row:?}");
+            // Direct pairs give ~70 µs; at the very ends of the trace, where one pair's hulls
+            // have not started yet, the network bounds the trace through a detour of two pairs.
             assert!(
-                row.max_error_ns < 5e3 && row.max_width_ns < 100e3,
+                row.max_error_ns < 5e3 && row.max_width_ns < 200e3,
                 "{row:?}"
             );
         }
