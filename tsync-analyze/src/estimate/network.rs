@@ -18,6 +18,15 @@ use crate::estimate::hull::Point;
 use crate::estimate::{PairResult, SyncResult};
 use crate::model::PiecewiseMap;
 
+/// Largest group whose network-wide intervals are computed: Bellman–Ford costs up to traces ×
+/// constraints per interval, and a report asks for a dozen per trace. Larger groups (a text file
+/// can declare thousands of traces) get their path intervals.
+pub const MAX_GROUP: usize = 256;
+
+fn group_size(sync: &SyncResult, group: u32) -> usize {
+    sync.traces.iter().filter(|t| t.group == group).count()
+}
+
 /// A trace's network-wide interval at one local time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NetworkInterval {
@@ -213,7 +222,7 @@ pub fn interval(
     t_ns: i64,
 ) -> Option<NetworkInterval> {
     let tr = &sync.traces[trace as usize];
-    if !tr.synchronized {
+    if !tr.synchronized || group_size(sync, tr.group) > MAX_GROUP {
         return None;
     }
     let t = t_ns as f64;
@@ -275,7 +284,7 @@ pub fn contradictions(
     let mut found: Vec<Vec<(u32, u32)>> = Vec::new();
     let n = sync.traces.len();
     for tr in &sync.traces {
-        if !tr.synchronized || tr.reference != tr.index {
+        if !tr.synchronized || tr.reference != tr.index || group_size(sync, tr.group) > MAX_GROUP {
             continue;
         }
         let Some((first, last)) = tr.span_ns else {
