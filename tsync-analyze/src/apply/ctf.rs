@@ -336,13 +336,14 @@ pub struct ClockLine {
 }
 
 impl ClockLine {
-    /// The time (ns since the epoch) a reader shows for `value`, computed exactly (the readers
-    /// truncate the offset's and the value's ns separately: at most 2 ns less).
-    pub fn show(&self, value: u64) -> f64 {
+    /// The time a reader shows for `value`, in ns after `epoch_ns` (so that a double holds it
+    /// to well below a ns), computed exactly (the readers truncate the offset's and the value's
+    /// ns separately: at most 2 ns less).
+    pub fn show(&self, value: u64, epoch_ns: i64) -> f64 {
         let cycles = self.offset as i128 + value as i128;
         let whole = cycles * 1_000_000_000 / self.freq as i128;
         let frac = (cycles * 1_000_000_000 % self.freq as i128) as f64 / self.freq as f64;
-        (self.offset_s as i128 * 1_000_000_000 + whole) as f64 + frac
+        (self.offset_s as i128 * 1_000_000_000 + whole - epoch_ns as i128) as f64 + frac
     }
 
     /// The clock class giving `epoch_ns + line(v)` exactly at `anchor`, at the rate closest to
@@ -559,7 +560,7 @@ pub fn apply_trace(
                 .map(|p| p.start_ns)
                 .filter(|&s| s > v0 && s < v1),
         )
-        .map(|v| (clock.show(v as u64) - epoch_ns as f64 - map.apply(v)).abs())
+        .map(|v| (clock.show(v as u64, epoch_ns) - map.apply(v)).abs())
         .fold(line_error, f64::max);
     let packets_outside = match recorded {
         Some((a, b)) => packets
@@ -701,8 +702,13 @@ mod tests {
         assert_eq!(bytes.len() % PACKET_LEN, 0);
         assert!(bytes.len() / PACKET_LEN > 1);
         let back = Metadata::parse(&bytes, Path::new("metadata")).unwrap();
-        assert_eq!(back, m);
-        assert_eq!(&bytes[4..20], &[7; 16]);
+        assert!(back.text == m.text && back.little_endian);
+        // Every packet keeps the UUID and versions, with its own sizes.
+        for p in bytes.chunks(PACKET_LEN) {
+            assert_eq!(&p[..20], &header[..20]);
+            assert_eq!(&p[32..37], &header[32..37]);
+            assert_eq!(u32::from_le_bytes(p[28..32].try_into().unwrap()), 4096 * 8);
+        }
     }
 
     #[test]
@@ -716,16 +722,17 @@ mod tests {
             let anchor = 12_164_471_992_576u64;
             let c = ClockLine::for_line(drift, offset, epoch, anchor);
             assert!(c.offset >= 0 && (c.offset as u64) < c.freq);
-            let want = |v: u64| epoch as f64 + drift.mul_add(v as f64, offset);
-            assert!((c.show(anchor) - want(anchor)).abs() <= 1.0, "{c:?}");
+            let want = |v: u64| drift.mul_add(v as f64, offset);
+            assert!((c.show(anchor, epoch) - want(anchor)).abs() <= 1.0, "{c:?}");
             // One minute either side: within 0.5 ns per second (+1 ns of rounding).
             for d in [-60_000_000_000i64, 60_000_000_000] {
                 let v = (anchor as i64 + d) as u64;
-                assert!((c.show(v) - want(v)).abs() <= 31.0, "{drift}: {}", c.show(v) - want(v));
+                let err = c.show(v, epoch) - want(v);
+                assert!(err.abs() <= 31.0, "{drift}: {err}");
             }
             if drift == 1.0 {
                 assert_eq!(c.freq, 1_000_000_000);
-                assert_eq!(c.show(anchor), want(anchor));
+                assert_eq!(c.show(anchor, epoch), want(anchor));
             }
         }
     }

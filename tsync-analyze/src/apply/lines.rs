@@ -487,8 +487,8 @@ mod tests {
                     0 if at < b.len() => {
                         b.remove(at);
                     }
-                    1 => b.insert(at, b"{}[]\",:\\ 0e-.x"[byte as usize % 15]),
-                    _ if at < b.len() => b[at] = b"{}[]\",:\\ 0e-.x"[byte as usize % 15],
+                    1 => b.insert(at, b"{}[]\",:\\ 0e-.x"[byte as usize % 14]),
+                    _ if at < b.len() => b[at] = b"{}[]\",:\\ 0e-.x"[byte as usize % 14],
                     _ => {}
                 }
             }

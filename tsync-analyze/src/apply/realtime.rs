@@ -69,7 +69,7 @@ fn interpolate(xs: &[i64], ys: &[i64], x: i64, hint: &mut usize) -> i64 {
     let (x0, x1, y0, y1) = (xs[i], xs[i + 1], ys[i], ys[i + 1]);
     // Deltas are small (tens of ms between samples), so this is exact to well below a ns.
     let slope = (y1 - y0) as f64 / (x1 - x0) as f64;
-    y0.saturating_add(((x as f64 - x0 as f64) * slope).round() as i64)
+    y0.saturating_add((x.saturating_sub(x0) as f64 * slope).round() as i64)
 }
 
 /// A node's CLOCK_REALTIME against its recorded CLOCK_MONOTONIC.
@@ -321,11 +321,12 @@ mod tests {
         assert_eq!(c.steps[0].0, 100 * MS as i64 + 20);
         let mut cur = RealtimeCursor::default();
         // Before the step: 50 ms.
+        // (Each sample's monotonic time is the middle of its 40 ns bracket.)
         let (m, _) = c.to_monotonic(E + 50 * MS as i64, &mut cur);
-        assert_eq!(m, 50 * MS as i64);
+        assert_eq!(m, 50 * MS as i64 + 20);
         // After it, realtime reads 1 s less: 300 ms of monotonic time shows as E − 700 ms.
         let (m, note) = c.to_monotonic(E - 700 * MS as i64, &mut cur);
-        assert_eq!(m, 300 * MS as i64);
+        assert_eq!(m, 300 * MS as i64 + 20);
         assert!(!note.ambiguous);
     }
 
