@@ -98,7 +98,9 @@ impl<W: Write> State<'_, '_, W> {
                 return self.write_value(&Value::Object(event));
             }
             let f = self.field.clone();
-            return Err(self.fail(format!("no `{f}` (only metadata events, \"ph\": \"M\", may lack it)")));
+            return Err(self.fail(format!(
+                "no `{f}` (only metadata events, \"ph\": \"M\", may lack it)"
+            )));
         };
         if event.contains_key(&self.local) {
             let l = self.local.clone();

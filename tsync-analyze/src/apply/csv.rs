@@ -111,7 +111,9 @@ pub fn apply_csv<R: Read, W: Write>(
         writer.write_byte_record(&row).map_err(write_err)?;
         summary.events += 1;
     }
-    writer.flush().map_err(|e| ApplyError::io("cannot write the output", e))?;
+    writer
+        .flush()
+        .map_err(|e| ApplyError::io("cannot write the output", e))?;
     summary.outside_span = mapper.outside;
     summary.ambiguous = mapper.ambiguous;
     Ok(summary)

@@ -63,15 +63,19 @@ fn bad(path: &Path, what: impl std::fmt::Display) -> ApplyError {
 impl Metadata {
     /// Reads a `metadata` file, packetized or plain.
     pub fn read(path: &Path) -> Result<Metadata, ApplyError> {
-        let bytes =
-            fs::read(path).map_err(|e| ApplyError::io(format!("cannot read {}", path.display()), e))?;
+        let bytes = fs::read(path)
+            .map_err(|e| ApplyError::io(format!("cannot read {}", path.display()), e))?;
         Self::parse(&bytes, path)
     }
 
     /// Parses the bytes of a `metadata` file (`path` names it in errors).
     pub fn parse(bytes: &[u8], path: &Path) -> Result<Metadata, ApplyError> {
-        let magic_le = bytes.get(..4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
-        let magic_be = bytes.get(..4).map(|b| u32::from_be_bytes(b.try_into().unwrap()));
+        let magic_le = bytes
+            .get(..4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+        let magic_be = bytes
+            .get(..4)
+            .map(|b| u32::from_be_bytes(b.try_into().unwrap()));
         let little_endian = match (magic_le, magic_be) {
             (Some(METADATA_MAGIC), _) => true,
             (_, Some(METADATA_MAGIC)) => false,
@@ -105,7 +109,10 @@ impl Metadata {
         while at < bytes.len() {
             let p = &bytes[at..];
             if p.len() < PACKET_HEADER_LEN || u32_at(p, 0) != METADATA_MAGIC {
-                return Err(bad(path, format!("metadata packet at byte {at}: bad header")));
+                return Err(bad(
+                    path,
+                    format!("metadata packet at byte {at}: bad header"),
+                ));
             }
             let content = u32_at(p, 24) as usize / 8;
             let size = u32_at(p, 28) as usize / 8;
@@ -116,7 +123,10 @@ impl Metadata {
                 ));
             }
             if p[32] != 0 || p[33] != 0 {
-                return Err(bad(path, "compressed or encrypted metadata is not supported"));
+                return Err(bad(
+                    path,
+                    "compressed or encrypted metadata is not supported",
+                ));
             }
             first.get_or_insert_with(|| {
                 let mut h = [0u8; PACKET_HEADER_LEN];
@@ -190,7 +200,12 @@ fn skip_comment_or_string(t: &[u8], i: usize) -> Option<usize> {
         );
     }
     if t[i..].starts_with(b"//") {
-        return Some(t[i..].iter().position(|&b| b == b'\n').map_or(t.len(), |p| i + p));
+        return Some(
+            t[i..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(t.len(), |p| i + p),
+        );
     }
     if t[i] == b'"' {
         let mut j = i + 1;
@@ -394,7 +409,10 @@ pub fn index_span(trace_dir: &Path) -> Result<Option<(u64, u64, Vec<(u64, u64)>)
         }
         let b = fs::read(&path)
             .map_err(|e| ApplyError::io(format!("cannot read {}", path.display()), e))?;
-        let be32 = |at: usize| b.get(at..at + 4).map(|s| u32::from_be_bytes(s.try_into().unwrap()));
+        let be32 = |at: usize| {
+            b.get(at..at + 4)
+                .map(|s| u32::from_be_bytes(s.try_into().unwrap()))
+        };
         if be32(0) != Some(INDEX_MAGIC) {
             return Err(bad(&path, "not a CTF index file (magic 0xC1F1DCC1)"));
         }
@@ -447,8 +465,8 @@ pub fn find_traces(dir: &Path) -> Result<Vec<PathBuf>, ApplyError> {
     let mut found = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let entries =
-            fs::read_dir(&d).map_err(|e| ApplyError::io(format!("cannot list {}", d.display()), e))?;
+        let entries = fs::read_dir(&d)
+            .map_err(|e| ApplyError::io(format!("cannot list {}", d.display()), e))?;
         for e in entries {
             let e = e.map_err(|e| ApplyError::io(format!("cannot list {}", d.display()), e))?;
             let ty = e
@@ -548,7 +566,10 @@ pub fn apply_trace(
     // Without the reference's samples, the trace's own realtime − monotonic.
     let epoch_ns = match epoch {
         Some(e) => e,
-        None => class.offset_s.saturating_mul(1_000_000_000).saturating_add(class.offset),
+        None => class
+            .offset_s
+            .saturating_mul(1_000_000_000)
+            .saturating_add(class.offset),
     };
     let clock = ClockLine::for_line(drift, offset_ns, epoch_ns, anchor);
     // Worst difference between what readers show and E + map, at the ends and the knots.
@@ -588,7 +609,8 @@ pub fn apply_trace(
         clock.offset_s,
         clock.offset
     ));
-    meta.text.replace_range(class.range.0..class.range.1, &block);
+    meta.text
+        .replace_range(class.range.0..class.range.1, &block);
     copy_tree(src, dst)?;
     let out = dst.join("metadata");
     fs::write(&out, meta.to_bytes())
@@ -644,7 +666,9 @@ pub fn apply_dir(
 fn copy_tree(src: &Path, dst: &Path) -> Result<(), ApplyError> {
     fs::create_dir_all(dst)
         .map_err(|e| ApplyError::io(format!("cannot create {}", dst.display()), e))?;
-    for e in fs::read_dir(src).map_err(|e| ApplyError::io(format!("cannot list {}", src.display()), e))? {
+    for e in fs::read_dir(src)
+        .map_err(|e| ApplyError::io(format!("cannot list {}", src.display()), e))?
+    {
         let e = e.map_err(|e| ApplyError::io(format!("cannot list {}", src.display()), e))?;
         let from = e.path();
         let to = dst.join(e.file_name());
@@ -653,7 +677,10 @@ fn copy_tree(src: &Path, dst: &Path) -> Result<(), ApplyError> {
             .map_err(|e| ApplyError::io(format!("cannot inspect {}", from.display()), e))?;
         if ty.is_file() && e.file_name() != "metadata" {
             fs::copy(&from, &to).map_err(|e| {
-                ApplyError::io(format!("cannot copy {} to {}", from.display(), to.display()), e)
+                ApplyError::io(
+                    format!("cannot copy {} to {}", from.display(), to.display()),
+                    e,
+                )
             })?;
         } else if ty.is_dir() && e.file_name() == "index" {
             copy_tree(&from, &to)?;

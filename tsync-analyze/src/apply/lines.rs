@@ -43,9 +43,9 @@ impl LineError {
                 "no top-level field `{field}` (the time field; choose another with --field)"
             ),
             LineError::Duplicate => format!("the field `{field}` appears twice"),
-            LineError::NotInteger(v) => format!(
-                "`{field}` is {v}, not an integer number of nanoseconds"
-            ),
+            LineError::NotInteger(v) => {
+                format!("`{field}` is {v}, not an integer number of nanoseconds")
+            }
             LineError::HasLocal => format!(
                 "the line already has `{field}_local`: was the file applied already? (the \
                  original time is kept under that name)"
@@ -284,10 +284,12 @@ fn key_is(s: &[u8], (k0, k1): (usize, usize), escaped: bool, name: &[u8]) -> boo
 /// not be there yet.
 pub fn locate(line: &[u8], field: &[u8], local: &[u8]) -> Result<Located, LineError> {
     let syntax = || {
-        LineError::Syntax(match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
-            Err(e) => e.to_string(),
-            Ok(_) => "unexpected input".into(),
-        })
+        LineError::Syntax(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+                Err(e) => e.to_string(),
+                Ok(_) => "unexpected input".into(),
+            },
+        )
     };
     if std::str::from_utf8(line).is_err() {
         return Err(syntax());
@@ -472,28 +474,33 @@ mod tests {
         ];
         let value = atom.prop_recursive(3, 16, 4, |inner| {
             prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
                 prop::collection::vec(("[a-z_]{1,6}", inner), 0..4).prop_map(|kv| {
                     let m: Vec<String> = kv.iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
                     format!("{{{}}}", m.join(", "))
                 }),
             ]
         });
-        (value, prop::collection::vec((0usize..64, any::<u8>()), 0..3)).prop_map(|(v, edits)| {
-            let mut b = format!("{{\"ts_ns\":123,\"v\":{v}}}").into_bytes();
-            for (at, byte) in edits {
-                let at = at % (b.len() + 1);
-                match byte % 3 {
-                    0 if at < b.len() => {
-                        b.remove(at);
+        (
+            value,
+            prop::collection::vec((0usize..64, any::<u8>()), 0..3),
+        )
+            .prop_map(|(v, edits)| {
+                let mut b = format!("{{\"ts_ns\":123,\"v\":{v}}}").into_bytes();
+                for (at, byte) in edits {
+                    let at = at % (b.len() + 1);
+                    match byte % 3 {
+                        0 if at < b.len() => {
+                            b.remove(at);
+                        }
+                        1 => b.insert(at, b"{}[]\",:\\ 0e-.x"[byte as usize % 14]),
+                        _ if at < b.len() => b[at] = b"{}[]\",:\\ 0e-.x"[byte as usize % 14],
+                        _ => {}
                     }
-                    1 => b.insert(at, b"{}[]\",:\\ 0e-.x"[byte as usize % 14]),
-                    _ if at < b.len() => b[at] = b"{}[]\",:\\ 0e-.x"[byte as usize % 14],
-                    _ => {}
                 }
-            }
-            String::from_utf8_lossy(&b).into_owned()
-        })
+                String::from_utf8_lossy(&b).into_owned()
+            })
     }
 
     proptest! {

@@ -187,7 +187,13 @@ impl RealtimeClock {
                 [only] => *only,
                 several => {
                     note.ambiguous = true;
-                    let after = |k: &&usize| if went_back { **k > current } else { **k >= current };
+                    let after = |k: &&usize| {
+                        if went_back {
+                            **k > current
+                        } else {
+                            **k >= current
+                        }
+                    };
                     *several
                         .iter()
                         .find(after)
@@ -268,7 +274,12 @@ mod tests {
     #[test]
     fn a_constant_offset_maps_both_ways_exactly() {
         let samples: Vec<_> = (0..50)
-            .map(|i| sample(1_000 * MS + i * 20 * MS, E + (1_000 * MS + i * 20 * MS) as i64 + 20))
+            .map(|i| {
+                sample(
+                    1_000 * MS + i * 20 * MS,
+                    E + (1_000 * MS + i * 20 * MS) as i64 + 20,
+                )
+            })
             .collect();
         let c = RealtimeClock::from_samples(&samples).unwrap();
         assert!(c.steps.is_empty());

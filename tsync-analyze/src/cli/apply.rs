@@ -178,7 +178,9 @@ pub fn run(a: ApplyCmd) -> CmdResult {
             Err(e) => return Err(e.into()),
         };
         out.commit()?;
-        report(&summary, format, clock, &name, &reference, &timebase, node, &a.output);
+        report(
+            &summary, format, clock, &name, &reference, &timebase, node, &a.output,
+        );
     }
     if !timebase.sync.traces[node as usize].synchronized {
         return Err(CliError::NotSynchronized(format!(
@@ -191,11 +193,7 @@ pub fn run(a: ApplyCmd) -> CmdResult {
 
 fn span_text(timebase: &CommonTimebase, node: u32) -> String {
     match timebase.span(node) {
-        Some((a, b)) => format!(
-            " [{:.9} s, {:.9} s]",
-            a as f64 / 1e9,
-            b as f64 / 1e9
-        ),
+        Some((a, b)) => format!(" [{:.9} s, {:.9} s]", a as f64 / 1e9, b as f64 / 1e9),
         None => String::new(),
     }
 }
@@ -220,7 +218,10 @@ fn report(
         out.display()
     );
     if s.passed_through > 0 {
-        line.push_str(&format!("; {} records without a time passed through", s.passed_through));
+        line.push_str(&format!(
+            "; {} records without a time passed through",
+            s.passed_through
+        ));
     }
     eprintln!("{line}");
     if s.outside_span > 0 {

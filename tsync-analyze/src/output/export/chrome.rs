@@ -88,7 +88,10 @@ impl<W: Write> ChromeExporter<W> {
             };
             let o = event.as_object_mut().expect("an object");
             o.insert("bind_id".into(), format!("{node}.{index}").into());
-            o.insert(if send { "flow_out" } else { "flow_in" }.into(), true.into());
+            o.insert(
+                if send { "flow_out" } else { "flow_in" }.into(),
+                true.into(),
+            );
         }
         serde_json::to_writer(&mut self.out, &event).map_err(std::io::Error::from)?;
         self.out.write_all(b",\n")?;
@@ -103,7 +106,8 @@ impl<W: Write> ChromeExporter<W> {
             "args": { "note": "end of the tsync export" },
         });
         serde_json::to_writer(&mut self.out, &end).map_err(std::io::Error::from)?;
-        self.out.write_all(b"\n],\n\"displayTimeUnit\":\"ns\",\n\"metadata\":")?;
+        self.out
+            .write_all(b"\n],\n\"displayTimeUnit\":\"ns\",\n\"metadata\":")?;
         serde_json::to_writer(&mut self.out, &self.metadata).map_err(std::io::Error::from)?;
         self.out.write_all(b"}\n")?;
         self.out.flush()?;
