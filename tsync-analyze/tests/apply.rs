@@ -588,6 +588,10 @@ fn a_ctf_trace_gets_its_clock_class_rewritten_and_nothing_else() {
 }
 
 /// Peak RSS (KiB) of `tsync-analyze ARGS` (wait4's rusage).
+#[allow(
+    clippy::zombie_processes,
+    reason = "the child is reaped by wait4, which gives its rusage"
+)]
 fn peak_rss_kib(args: &[&str]) -> i64 {
     let child = bin()
         .args(args)

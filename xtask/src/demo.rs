@@ -110,7 +110,7 @@ fn run_traffic(lab: &Bridge, duration: f64, skews: &[ClockSkew], out: &Path) -> 
     let me = std::env::current_exe()?;
     let n = lab.nodes().len();
     let mut generators = Vec::new();
-    for k in 0..n {
+    for (k, skew) in skews.iter().enumerate().take(n) {
         let peers: Vec<String> = (0..n)
             .filter(|&p| p != k)
             .map(|p| format!("{}:7000", Bridge::address(p)))
@@ -128,7 +128,7 @@ fn run_traffic(lab: &Bridge, duration: f64, skews: &[ClockSkew], out: &Path) -> 
             .arg(format!("--node-index={k}"))
             .arg(format!(
                 "--clock-skew={},{}",
-                skews[k].offset_ns, skews[k].drift_ppm
+                skew.offset_ns, skew.drift_ppm
             ))
             .arg("--app-log")
             .arg(out.join(format!("app-{k}.jsonl")))
@@ -260,22 +260,30 @@ pub fn analyze(
     Ok((sync, checks, inversions))
 }
 
-/// Compares pair (node 0, node k) with the truth `t_k = skew(t_0)`.
+/// Compares node k's map onto node 0 with the truth `t_k = skew(t_0)`, in the middle of the pair's
+/// messages. (The trace's map, not the pair's: with the raw timebase a pair is estimated raw
+/// clock to raw clock, where `--clock-skew`, which skews the recorded clock only, does not show.)
 fn check_node(sync: &SyncResult, k: usize, skew: ClockSkew) -> anyhow::Result<NodeCheck> {
     let pair = sync
         .pair(0, k as u32)
         .ok_or_else(|| anyhow::anyhow!("no pair between node-0 and node-{k}"))?;
     let trace = &sync.traces[k];
-    // Trace k onto node 0: t_0 = drift·t_k + offset, so t_k = (t_0 − offset) / drift.
     let drift = trace.line.drift;
     let truth = |t0: f64| t0 + skew.offset_ns as f64 + t0 * skew.drift_ppm * 1e-6;
-    let (true_offset_mid_ns, recovered_offset_mid_ns, interval) = match (pair.span, &pair.map) {
-        (Some((start, end)), Some(estimate)) => {
+    let (true_offset_mid_ns, recovered_offset_mid_ns, interval) = match pair.span {
+        Some((start, end)) if trace.synchronized => {
+            // The pair's span is on node 0's clock (a = 0).
             let mid = start + (end - start) / 2;
             let t = truth(mid as f64);
-            let interval = pair.interval_at(mid).map(|(lo, hi)| (lo - t, hi - t));
+            let recovered = trace.map.inverse().apply(mid as f64);
+            // The interval of t_0 the analyzer guarantees for the true t_k; node 0's mid lies
+            // inside it exactly when the truth lies inside the interval of t_k it implies:
+            // (mid − hi, mid − lo) around the true t_k.
+            let interval = sync
+                .interval(k as u32, t.round() as i64)
+                .map(|(lo, hi)| (mid as f64 - hi, mid as f64 - lo));
             let mid = mid as f64;
-            (t - mid, estimate.apply(mid) - mid, interval)
+            (t - mid, recovered - mid, interval)
         }
         _ => (f64::NAN, f64::NAN, None),
     };

@@ -101,7 +101,7 @@ impl AppLog {
         })))
     }
 
-    /// Logs one event of exchange `id` (`node-K#N`, named by the node that started it).
+    /// Logs one event of exchange `id` (`node-K→node-J#N`: client, server, the client's number).
     fn event(&self, event: &str, id: &str, peer: &str) {
         let mono = read_clock(libc::CLOCK_MONOTONIC) as u64;
         let wall = read_clock(libc::CLOCK_REALTIME);
@@ -210,10 +210,10 @@ fn request_response(
         let response_len = 16 + (i.wrapping_mul(40_503) % 2000);
         buf[..4].copy_from_slice(&request_len.to_le_bytes());
         buf[4..8].copy_from_slice(&response_len.to_le_bytes());
-        let logged = log.filter(|_| i % LOGGED_EVERY == 0);
+        let logged = log.filter(|_| i.is_multiple_of(LOGGED_EVERY));
         let id = logged.map_or(0u64, |_| (u64::from(me) + 1) << 32 | u64::from(i));
         buf[8..16].copy_from_slice(&id.to_le_bytes());
-        let name = format!("node-{me}#{i}");
+        let name = format!("node-{me}→{}#{i}", node_of(peer));
         if let Some(l) = logged {
             l.event("request sent", &name, &node_of(peer));
         }
@@ -283,8 +283,8 @@ fn handle(mut stream: TcpStream, log: Option<&AppLog>) -> std::io::Result<()> {
         stream.read_exact(&mut buf[8..request_len])?;
         let id = u64::from_le_bytes(buf[8..16].try_into().unwrap());
         let logged = log.filter(|_| id != 0).map(|l| {
-            let name = format!("node-{}#{}", (id >> 32) - 1, id as u32);
             let peer = format!("node-{}", (id >> 32) - 1);
+            let name = format!("{peer}→{}#{}", l.node, id as u32);
             l.event("request received", &name, &peer);
             (l, name, peer)
         });

@@ -393,9 +393,12 @@ impl ClockLine {
     }
 }
 
+/// A trace's packets as its index lists them: `(timestamp_begin, timestamp_end)` in clock cycles.
+pub type PacketSpans = Vec<(u64, u64)>;
+
 /// The timestamps' span of a trace, in clock cycles, from its index files (min
 /// `timestamp_begin`, max `timestamp_end`, packets), or None without an index.
-pub fn index_span(trace_dir: &Path) -> Result<Option<(u64, u64, Vec<(u64, u64)>)>, ApplyError> {
+pub fn index_span(trace_dir: &Path) -> Result<Option<(u64, u64, PacketSpans)>, ApplyError> {
     let dir = trace_dir.join("index");
     let Ok(entries) = fs::read_dir(&dir) else {
         return Ok(None);
