@@ -19,6 +19,7 @@
 //! | correction | [`clc`] | Becker et al.'s controlled logical clock |
 //! | evaluation | [`eval`] | inversions, too-fast messages, transfer times |
 //! | output | [`output`] | safe result files, the report, plots, exports |
+//! | the user's events | [`apply`] | [`CommonTimebase`]: any node's timestamps on the common timebase; logs, Chrome traces and LTTng's CTF rewritten |
 //!
 //! ```
 //! use tsync_analyze::{InputSet, Quality, SyncOptions, sync};
@@ -45,6 +46,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod apply;
 pub mod clc;
 mod estimate;
 pub mod eval;
@@ -56,6 +58,7 @@ pub mod output;
 pub mod synth;
 mod timeline;
 
+pub use apply::{ApplyError, ApplySummary, CommonTimebase, Mapped, NodeClock, NodeMapper};
 pub use estimate::accuracy::{AccuracyCurve, AccuracyPoint, AccuracyStats};
 pub use estimate::corridor::Quality;
 pub use estimate::hull::Point;

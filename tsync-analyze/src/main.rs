@@ -33,16 +33,24 @@ enum Command {
     /// Evaluate the correction per ordered pair: inversions, too-fast messages, round trips,
     /// transfer times, accuracy.
     Eval(cli::eval::EvalCmd),
-    /// Write every event on the common timebase as pcapng, JSON Lines or CSV.
+    /// Write every event on the common timebase as pcapng, JSON Lines, CSV or Chrome JSON.
     Export(cli::export::ExportCmd),
+    /// Put one node's own events (JSON Lines, CSV, Chrome trace, LTTng CTF) on the common
+    /// timebase.
+    Apply(cli::apply::ApplyCmd),
 }
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
     // The check that no output is an input needs the inputs as given.
-    if let Command::Export(a) = &cli.command {
-        let ids = tsync_analyze::output::InputIds::of(&a.sync.inputs);
-        if let Err(e) = ids.check(&a.output) {
+    let protected = match &cli.command {
+        Command::Export(a) => Some((a.sync.inputs.clone(), &a.output)),
+        Command::Apply(a) => Some((cli::apply::protected_inputs(a), &a.output)),
+        _ => None,
+    };
+    if let Some((inputs, output)) = protected {
+        let ids = tsync_analyze::output::InputIds::of(&inputs);
+        if let Err(e) = ids.check(output) {
             return fail(&cli::CliError::from(e));
         }
     }
@@ -53,6 +61,7 @@ fn main() -> ExitCode {
         Command::Correct(a) => &mut a.sync.inputs,
         Command::Eval(a) => &mut a.sync.inputs,
         Command::Export(a) => &mut a.sync.inputs,
+        Command::Apply(a) => &mut a.sync.inputs,
     };
     if let Err(e) = cli::spool::spool(inputs) {
         return fail(&e);
@@ -64,6 +73,7 @@ fn main() -> ExitCode {
         Command::Correct(a) => cli::correct::run(a),
         Command::Eval(a) => cli::eval::run(a),
         Command::Export(a) => cli::export::run(a),
+        Command::Apply(a) => cli::apply::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,7 +5,9 @@
 //! traffic flows among the nodes while the agents record; then the analyzer synchronizes the
 //! traces without ever reading the skews, and the demo checks every figure it reports against
 //! the truth: the recovered offset and drift, the error in the middle of the trace, and whether
-//! the truth lies inside the accuracy interval the analyzer guarantees.
+//! the truth lies inside the accuracy interval the analyzer guarantees. Each node also writes a
+//! small application log stamped with its own (skewed) clock; `tsync-analyze apply` puts the
+//! logs on one timeline, and every logged request/response must then read in causal order.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -102,12 +104,13 @@ fn stop_agents(agents: Vec<Agent>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs the traffic generator in every node, all talking to all, and waits for them.
-fn run_traffic(lab: &Bridge, duration: f64, out: &Path) -> anyhow::Result<()> {
+/// Runs the traffic generator in every node, all talking to all, and waits for them. Each also
+/// writes its node's application log (`app-K.jsonl`), stamped with the node's skewed clock.
+fn run_traffic(lab: &Bridge, duration: f64, skews: &[ClockSkew], out: &Path) -> anyhow::Result<()> {
     let me = std::env::current_exe()?;
     let n = lab.nodes().len();
     let mut generators = Vec::new();
-    for k in 0..n {
+    for (k, skew) in skews.iter().enumerate().take(n) {
         let peers: Vec<String> = (0..n)
             .filter(|&p| p != k)
             .map(|p| format!("{}:7000", Bridge::address(p)))
@@ -122,6 +125,13 @@ fn run_traffic(lab: &Bridge, duration: f64, out: &Path) -> anyhow::Result<()> {
             ])
             .arg(format!("--peers={}", peers.join(",")))
             .arg(format!("--duration={duration}"))
+            .arg(format!("--node-index={k}"))
+            .arg(format!(
+                "--clock-skew={},{}",
+                skew.offset_ns, skew.drift_ppm
+            ))
+            .arg("--app-log")
+            .arg(out.join(format!("app-{k}.jsonl")))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -157,7 +167,7 @@ pub fn record(args: &DemoArgs, skews: &[ClockSkew], out: &Path) -> anyhow::Resul
         "agents recording; {} s of traffic among {} nodes",
         args.duration, args.nodes
     );
-    run_traffic(&lab, args.duration, out)?;
+    run_traffic(&lab, args.duration, skews, out)?;
     stop_agents(agents)?;
     let left = wait_unloaded(&programs)?;
     if !left.is_empty() {
@@ -259,7 +269,6 @@ fn check_node(sync: &SyncResult, k: usize, skew: ClockSkew) -> anyhow::Result<No
         .pair(0, k as u32)
         .ok_or_else(|| anyhow::anyhow!("no pair between node-0 and node-{k}"))?;
     let trace = &sync.traces[k];
-    // Trace k onto node 0: t_0 = drift·t_k + offset, so t_k = (t_0 − offset) / drift.
     let drift = trace.line.drift;
     let truth = |t0: f64| t0 + skew.offset_ns as f64 + t0 * skew.drift_ppm * 1e-6;
     let (true_offset_mid_ns, recovered_offset_mid_ns, interval) = match pair.span {
@@ -342,11 +351,135 @@ impl DemoArgs {
         let json = serde_json::to_string_pretty(&tsync_analyze::output::report::to_json(&sync))?;
         std::fs::write(out.join("sync.json"), json + "\n")?;
         artifacts(&files, &out)?;
-        let report = summary(&self, seed, &out, &sync, &checks, inversions);
+        let logs = app_logs(&files, self.nodes, &out)?;
+        let report = summary(&self, seed, &out, &sync, &checks, inversions) + &logs.report();
         std::fs::write(out.join("report.md"), &report)?;
         println!("{report}");
-        verdict(&self, &sync, &checks, inversions)
+        verdict(&self, &sync, &checks, inversions, &logs)
     }
+}
+
+/// The nodes' application logs after `tsync-analyze apply`, merged.
+pub struct AppLogs {
+    /// The merged log's first lines, as written.
+    head: Vec<String>,
+    /// Events, and exchanges logged on both sides.
+    events: usize,
+    exchanges: usize,
+    /// Exchanges whose four events are out of causal order: merged by the recorded times, and
+    /// by the applied ones.
+    out_of_order_before: usize,
+    out_of_order_after: usize,
+    /// Largest |corrected wall_ns − recorded wall_ns| (ns): the nodes share the machine's
+    /// realtime clock, so the realtime path must give it back.
+    wall_error_ns: i64,
+}
+
+impl AppLogs {
+    fn report(&self) -> String {
+        format!(
+            "\napplication logs: {} events of {} exchanges, put on node-0's timebase with \
+             `tsync-analyze apply` (ts_ns: each node's skewed CLOCK_MONOTONIC; wall_ns: \
+             CLOCK_REALTIME); exchanges out of causal order merged by the recorded ts_ns: {}, \
+             after apply: {}; corrected wall_ns off the shared realtime clock by at most {:.3} µs\n\
+             merged log (app-merged.jsonl), first lines:\n{}\n",
+            self.events,
+            self.exchanges,
+            self.out_of_order_before,
+            self.out_of_order_after,
+            self.wall_error_ns as f64 * 1e-3,
+            self.head.join("\n")
+        )
+    }
+}
+
+/// Applies each node's map to its application log (`ts_ns` as monotonic, then `wall_ns` as
+/// realtime), merges the results by corrected time into `app-merged.jsonl`, and checks every
+/// logged exchange: request sent < received < response sent < received.
+fn app_logs(files: &[PathBuf], nodes: usize, out: &Path) -> anyhow::Result<AppLogs> {
+    let analyzer = release_binary("tsync-analyze");
+    let mut all: Vec<serde_json::Value> = Vec::new();
+    for k in 0..nodes {
+        let log = out.join(format!("app-{k}.jsonl"));
+        let mono = out.join(format!("app-{k}.mono.jsonl"));
+        let applied = out.join(format!("app-{k}.applied.jsonl"));
+        for (from, to, field, clock) in [
+            (&log, &mono, "ts_ns", "monotonic"),
+            (&mono, &applied, "wall_ns", "realtime"),
+        ] {
+            let o = Command::new(&analyzer)
+                .args([
+                    "apply",
+                    "--reference",
+                    "node-0",
+                    "--node",
+                    &format!("node-{k}"),
+                ])
+                .args(files)
+                .arg("--events")
+                .arg(from)
+                .args(["--field", field, "--clock", clock, "-o"])
+                .arg(to)
+                .output()
+                .with_context(|| format!("cannot run {}", analyzer.display()))?;
+            if !o.status.success() {
+                bail!(
+                    "apply to {} failed: {}",
+                    from.display(),
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+            }
+        }
+        std::fs::remove_file(&mono)?;
+        for line in std::fs::read_to_string(&applied)?.lines() {
+            all.push(serde_json::from_str(line)?);
+        }
+    }
+    let time = |e: &serde_json::Value, f: &str| e[f].as_i64().unwrap_or(i64::MIN);
+    let wall_error_ns = all
+        .iter()
+        .map(|e| (time(e, "wall_ns") - time(e, "wall_ns_local")).abs())
+        .max()
+        .unwrap_or(0);
+    let out_of_order = |field: &str| {
+        let mut by: std::collections::BTreeMap<String, Vec<(&str, i64)>> = Default::default();
+        for e in &all {
+            by.entry(e["exchange"].as_str().unwrap_or("").to_string())
+                .or_default()
+                .push((e["event"].as_str().unwrap_or(""), time(e, field)));
+        }
+        let order = [
+            "request sent",
+            "request received",
+            "response sent",
+            "response received",
+        ];
+        let complete: Vec<_> = by.values().filter(|v| v.len() == 4).collect();
+        let bad = complete
+            .iter()
+            .filter(|v| {
+                let t: Vec<i64> = order
+                    .iter()
+                    .map(|name| v.iter().find(|e| e.0 == *name).map_or(i64::MIN, |e| e.1))
+                    .collect();
+                !t.windows(2).all(|w| w[0] <= w[1]) || t.contains(&i64::MIN)
+            })
+            .count();
+        (complete.len(), bad)
+    };
+    let (exchanges, out_of_order_before) = out_of_order("ts_ns_local");
+    let (_, out_of_order_after) = out_of_order("ts_ns");
+    all.sort_by_key(|e| time(e, "ts_ns"));
+    let merged: Vec<String> = all.iter().map(|e| e.to_string()).collect();
+    std::fs::write(out.join("app-merged.jsonl"), merged.join("\n") + "\n")?;
+    Ok(AppLogs {
+        head: merged.iter().take(8).cloned().collect(),
+        events: all.len(),
+        exchanges,
+        out_of_order_before,
+        out_of_order_after,
+        wall_error_ns,
+    })
 }
 
 /// Plots and a pcapng export of the corrected timeline, made by the analyzer's own commands.
@@ -416,7 +549,7 @@ fn summary(
     format!(
         "tsync demo: {} nodes, {} s of TCP traffic, seed {seed}\n\n{}\npairs: {}\n\
          matched messages: {}; inversions after correction: {inversions}\n\
-         output: {} (traces, sync.json, plots/, timeline.pcapng, report.md)\n",
+         output: {} (traces, sync.json, plots/, timeline.pcapng, app-*.jsonl, report.md)\n",
         args.nodes,
         args.duration,
         table(checks),
@@ -433,6 +566,7 @@ fn verdict(
     sync: &SyncResult,
     checks: &[NodeCheck],
     inversions: u64,
+    logs: &AppLogs,
 ) -> anyhow::Result<()> {
     let mut failures = Vec::new();
     for c in checks {
@@ -456,7 +590,23 @@ fn verdict(
     if inversions > 0 {
         failures.push(format!("{inversions} messages inverted after correction"));
     }
-    let checked = checks.len() * 2 + sync.pairs.len() + 1;
+    if logs.exchanges == 0 {
+        failures.push("no application-log exchange was logged on both sides".into());
+    }
+    if logs.out_of_order_after > 0 {
+        failures.push(format!(
+            "{} of {} logged exchanges out of causal order after apply",
+            logs.out_of_order_after, logs.exchanges
+        ));
+    }
+    if logs.wall_error_ns as f64 > args.max_error_us * 1e3 {
+        failures.push(format!(
+            "applied wall_ns off the realtime clock by {:.3} µs (more than {} µs)",
+            logs.wall_error_ns as f64 * 1e-3,
+            args.max_error_us
+        ));
+    }
+    let checked = checks.len() * 2 + sync.pairs.len() + 1 + 3;
     println!(
         "demo: {} passed, {} failed",
         checked - failures.len(),

@@ -19,8 +19,10 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const BPF_LINKER_LLVM_FEATURE: &str = "llvm-22";
 /// The cargo-fuzz release `cargo xtask setup` installs when there is none.
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
-/// Debian packages the tests and benchmarks call (`ip`, `bpftool`, `iperf3`, `tshark`, `setpriv`)
-/// and the font the plots are drawn with.
+/// Debian packages the tests and benchmarks call (`ip`, `bpftool`, `iperf3`, `tshark`, `setpriv`),
+/// the font the plots are drawn with, and LTTng with babeltrace2 for the test that applies maps
+/// to a real LTTng userspace trace (`tsync-lab/tests/lttng.rs`: a Python program logging through
+/// `lttngust`, read back with `babeltrace2`).
 const DEBIAN_PACKAGES: &[&str] = &[
     "iproute2",
     "bpftool",
@@ -28,6 +30,10 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "tshark",
     "util-linux",
     "fonts-dejavu-core",
+    "lttng-tools",
+    "babeltrace2",
+    "python3-lttngust",
+    "liblttng-ust1",
 ];
 
 #[derive(clap::Args)]

@@ -1,5 +1,6 @@
 //! `cargo xtask test`: the project's test command (README, CI): setup, fmt, clippy, the
-//! workspace's tests, the real-kernel tests (root: `tsync-lab`'s ignored tests), a short run of
+//! workspace's tests, the real-kernel tests (root: `tsync-lab`'s ignored tests, with the LTTng
+//! and babeltrace2 test of `apply --format ctf`), a short run of
 //! every fuzz target, then the end-to-end demo with random skews (real kernel, real traffic,
 //! every figure checked against the injected truth).
 use anyhow::{Result, ensure};
@@ -52,7 +53,10 @@ impl Args {
                 "the real-kernel tests need root (namespaces, eBPF): run cargo xtask test as \
                  root, as CI does, or pass --no-root-tests"
             );
-            eprintln!("test: cargo test -p tsync-lab -- --ignored (real kernel, root)");
+            eprintln!(
+                "test: cargo test -p tsync-lab -- --ignored (real kernel, root; LTTng and \
+                 babeltrace2)"
+            );
             run(cargo()
                 .args(["test", "-p", "tsync-lab"])
                 .args(&self.test_args)

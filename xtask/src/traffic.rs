@@ -4,11 +4,19 @@
 //! recording: request/response exchanges at a steady rate (small segments, many ACKs) plus one
 //! bulk flow per peer (large segments, as real workloads have). Each process serves its own port
 //! and talks to every peer, then lingers briefly so peers finishing late still get answers.
+//!
+//! With `--app-log`, it also writes what an application would: a small JSON Lines log of its own
+//! events (every [`LOGGED_EVERY`]th exchange: request sent, request received, response sent,
+//! response received), each stamped with the node's CLOCK_MONOTONIC as its agent records it
+//! (`ts_ns`, the `--clock-skew` applied) and with CLOCK_REALTIME (`wall_ns`). The demo puts the
+//! nodes' logs on one timeline with `tsync-analyze apply` and checks that every exchange reads in
+//! causal order.
 
-use std::io::{Read, Write};
+use std::io::{BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -35,6 +43,80 @@ pub struct TrafficArgs {
     /// Seconds to keep serving after our own traffic ends.
     #[arg(long, default_value_t = 2.0)]
     pub linger: f64,
+    /// Write a JSON Lines log of some exchanges' events to this file (see the module doc).
+    #[arg(long, value_name = "FILE")]
+    pub app_log: Option<PathBuf>,
+    /// This node's number: names it (`node-K`) in the log and in the exchanges it starts.
+    #[arg(long, default_value_t = 0)]
+    pub node_index: u32,
+    /// The node's clock as its agent records it: `OFFSET_NS,DRIFT_PPM` (as `tsync-agent
+    /// --clock-skew`), applied to the log's `ts_ns`.
+    #[arg(long, value_name = "OFFSET_NS,DRIFT_PPM", allow_hyphen_values = true)]
+    pub clock_skew: Option<String>,
+}
+
+/// One exchange in this many (per peer) is logged: at the default rate, two a second.
+pub const LOGGED_EVERY: u32 = 100;
+
+/// The application log: events stamped with the node's (skewed) monotonic clock and realtime.
+struct AppLog {
+    out: Mutex<BufWriter<std::fs::File>>,
+    node: String,
+    skew: Option<tsync_common::format::ClockSkew>,
+}
+
+fn read_clock(clock: libc::clockid_t) -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid, writable timespec; both clocks exist on Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+impl AppLog {
+    fn open(args: &TrafficArgs) -> anyhow::Result<Option<Arc<AppLog>>> {
+        let Some(path) = &args.app_log else {
+            return Ok(None);
+        };
+        let skew = match &args.clock_skew {
+            None => None,
+            Some(s) => {
+                let (o, p) = s
+                    .split_once(',')
+                    .context("--clock-skew is OFFSET_NS,DRIFT_PPM")?;
+                Some(tsync_common::format::ClockSkew {
+                    offset_ns: o.trim().parse().context("--clock-skew offset")?,
+                    drift_ppm: p.trim().parse().context("--clock-skew drift")?,
+                })
+            }
+        };
+        let file = std::fs::File::create(path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        Ok(Some(Arc::new(AppLog {
+            out: Mutex::new(BufWriter::new(file)),
+            node: format!("node-{}", args.node_index),
+            skew,
+        })))
+    }
+
+    /// Logs one event of exchange `id` (`node-K→node-J#N`: client, server, the client's number).
+    fn event(&self, event: &str, id: &str, peer: &str) {
+        let mono = read_clock(libc::CLOCK_MONOTONIC) as u64;
+        let wall = read_clock(libc::CLOCK_REALTIME);
+        let ts = self.skew.as_ref().map_or(mono, |s| s.apply(mono));
+        let line = serde_json::json!({
+            "ts_ns": ts, "wall_ns": wall, "node": self.node, "event": event,
+            "exchange": id, "peer": peer,
+        });
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = writeln!(out, "{line}");
+    }
+
+    fn flush(&self) {
+        let _ = self.out.lock().unwrap_or_else(|e| e.into_inner()).flush();
+    }
 }
 
 /// Kind of connection, sent as the first byte by the client.
@@ -53,14 +135,17 @@ impl TrafficArgs {
 pub fn run(args: &TrafficArgs) -> anyhow::Result<u64> {
     let listener = TcpListener::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    thread::spawn(move || serve(listener));
+    let log = AppLog::open(args)?;
+    let server_log = log.clone();
+    thread::spawn(move || serve(listener, server_log));
     let exchanges = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs_f64(args.duration);
     let mut workers = Vec::new();
     for &peer in &args.peers {
-        let (count, rate) = (exchanges.clone(), args.rate);
+        let (count, rate, log) = (exchanges.clone(), args.rate, log.clone());
+        let me = args.node_index;
         workers.push(thread::spawn(move || {
-            request_response(peer, rate, deadline, &count)
+            request_response(peer, rate, deadline, &count, log.as_deref(), me)
         }));
         if args.bulk_rate > 0 {
             let rate = args.bulk_rate;
@@ -71,6 +156,9 @@ pub fn run(args: &TrafficArgs) -> anyhow::Result<u64> {
         worker.join().expect("traffic worker panicked")?;
     }
     thread::sleep(Duration::from_secs_f64(args.linger));
+    if let Some(log) = &log {
+        log.flush();
+    }
     Ok(exchanges.load(Ordering::Relaxed))
 }
 
@@ -92,12 +180,24 @@ fn connect(peer: SocketAddr, kind: u8) -> anyhow::Result<TcpStream> {
     }
 }
 
+/// The demo's nodes listen on 10.x.y.(k + 1): the node behind an address.
+fn node_of(addr: SocketAddr) -> String {
+    match addr.ip() {
+        std::net::IpAddr::V4(v4) => format!("node-{}", v4.octets()[3].saturating_sub(1)),
+        other => other.to_string(),
+    }
+}
+
 /// Sends requests of varying size at `rate` per second; each asks for a response of some size.
+/// Bytes 8..16 of a request carry the exchange's log id (0: not logged): the starting node's
+/// number + 1 in the high half, the exchange's number in the low half.
 fn request_response(
     peer: SocketAddr,
     rate: f64,
     deadline: Instant,
     count: &AtomicU64,
+    log: Option<&AppLog>,
+    me: u32,
 ) -> anyhow::Result<()> {
     let mut stream = connect(peer, REQUEST_RESPONSE)?;
     let period = Duration::from_secs_f64(1.0 / rate);
@@ -110,8 +210,18 @@ fn request_response(
         let response_len = 16 + (i.wrapping_mul(40_503) % 2000);
         buf[..4].copy_from_slice(&request_len.to_le_bytes());
         buf[4..8].copy_from_slice(&response_len.to_le_bytes());
+        let logged = log.filter(|_| i.is_multiple_of(LOGGED_EVERY));
+        let id = logged.map_or(0u64, |_| (u64::from(me) + 1) << 32 | u64::from(i));
+        buf[8..16].copy_from_slice(&id.to_le_bytes());
+        let name = format!("node-{me}→{}#{i}", node_of(peer));
+        if let Some(l) = logged {
+            l.event("request sent", &name, &node_of(peer));
+        }
         stream.write_all(&buf[..request_len as usize])?;
         stream.read_exact(&mut buf[..response_len as usize])?;
+        if let Some(l) = logged {
+            l.event("response received", &name, &node_of(peer));
+        }
         count.fetch_add(1, Ordering::Relaxed);
         next += period;
         if let Some(wait) = next.checked_duration_since(Instant::now()) {
@@ -138,16 +248,17 @@ fn bulk(peer: SocketAddr, rate: u64, deadline: Instant) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn serve(listener: TcpListener) {
+fn serve(listener: TcpListener, log: Option<Arc<AppLog>>) {
     for stream in listener.incoming().flatten() {
+        let log = log.clone();
         thread::spawn(move || {
-            let _ = handle(stream);
+            let _ = handle(stream, log.as_deref());
         });
     }
 }
 
 /// Answers one connection until the client closes it.
-fn handle(mut stream: TcpStream) -> std::io::Result<()> {
+fn handle(mut stream: TcpStream, log: Option<&AppLog>) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let mut kind = [0u8];
     stream.read_exact(&mut kind)?;
@@ -170,6 +281,16 @@ fn handle(mut stream: TcpStream) -> std::io::Result<()> {
             return Ok(());
         }
         stream.read_exact(&mut buf[8..request_len])?;
+        let id = u64::from_le_bytes(buf[8..16].try_into().unwrap());
+        let logged = log.filter(|_| id != 0).map(|l| {
+            let peer = format!("node-{}", (id >> 32) - 1);
+            let name = format!("{peer}→{}#{}", l.node, id as u32);
+            l.event("request received", &name, &peer);
+            (l, name, peer)
+        });
+        if let Some((l, name, peer)) = &logged {
+            l.event("response sent", name, peer);
+        }
         stream.write_all(&buf[..response_len])?;
     }
 }

@@ -1,5 +1,6 @@
 //! `tsync-analyze export`: every captured event on the common timebase, as pcapng (Wireshark,
-//! tshark), JSON Lines or CSV, streamed in corrected-time order.
+//! tshark), JSON Lines, CSV or Chrome trace-event JSON (Perfetto), streamed in corrected-time
+//! order.
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -41,6 +42,7 @@ pub enum FormatArg {
     Pcapng,
     Jsonl,
     Csv,
+    Chrome,
 }
 
 impl FormatArg {
@@ -49,6 +51,7 @@ impl FormatArg {
             FormatArg::Pcapng => ExportFormat::Pcapng,
             FormatArg::Jsonl => ExportFormat::Jsonl,
             FormatArg::Csv => ExportFormat::Csv,
+            FormatArg::Chrome => ExportFormat::Chrome,
         }
     }
 }
@@ -138,6 +141,7 @@ fn write<W: Write>(
     let options = ExportOptions {
         pcap_time_base_ns: timeline.pcap_time_base_ns()?,
         pcap_comments: !a.no_comments,
+        chrome_metadata: chrome_metadata(timeline),
     };
     let mut sink = exporter(a.format.format(), out, &nodes, &options)?;
     let summary = timeline.export(corrected, sink.as_mut())?;
@@ -161,4 +165,41 @@ fn closed_pipe(e: &WriteError) -> bool {
         cause = c.source();
     }
     false
+}
+
+/// The Chrome export's `metadata`: what the timebase is and how good each pair is.
+fn chrome_metadata(timeline: &Timeline) -> serde_json::Value {
+    let sync = &timeline.sync;
+    let name = |k: u32| sync.traces[k as usize].name.clone();
+    let traces: Vec<serde_json::Value> = sync
+        .traces
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "name": t.name, "reference": name(t.reference), "group": t.group,
+                "synchronized": t.synchronized, "segments": t.map.pieces().len(),
+            })
+        })
+        .collect();
+    let pairs: Vec<serde_json::Value> = sync
+        .pairs
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "a": name(p.a), "b": name(p.b), "quality": p.quality.as_str(),
+                "messages_ab": p.messages_ab, "messages_ba": p.messages_ba,
+                "accuracy_ns": p.accuracy.as_ref().map(|a| serde_json::json!({
+                    "best": a.stats.best, "worst": a.stats.worst, "mean": a.stats.mean,
+                })),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "tsync": {
+            "timebase": "corrected times in µs on each group's reference clock (its recorded CLOCK_MONOTONIC)",
+            "algorithm": sync.algorithm.as_str(),
+            "traces": traces,
+            "pairs": pairs,
+        }
+    })
 }

@@ -1,5 +1,6 @@
 //! The subcommands, one module each, and the argument groups and helpers they share.
 
+pub mod apply;
 pub mod correct;
 pub mod eval;
 pub mod export;

@@ -273,6 +273,82 @@ impl Write for OutputFile {
     }
 }
 
+/// A result that is a directory (a CTF trace), written under a temporary name beside its
+/// target and renamed into place once complete, as [`OutputFile`] does for files. The target
+/// must not exist (a directory cannot be replaced atomically, and its old content would be
+/// lost), and must lie outside every input directory.
+pub struct OutputDir {
+    temp: Option<tempfile::TempDir>,
+    target: PathBuf,
+}
+
+impl OutputDir {
+    /// Prepares `path`; `input_dirs` are the directories read (the target may not be inside
+    /// one, nor be one).
+    pub fn create(path: &Path, input_dirs: &[&Path]) -> Result<Self, OutputError> {
+        let create_err = |what: String| OutputError::Create {
+            path: path.to_path_buf(),
+            what,
+        };
+        if std::fs::symlink_metadata(path).is_ok() {
+            return Err(create_err(
+                "it exists; the output is a new directory, so choose a path that does not exist \
+                 (nothing there is replaced)"
+                    .into(),
+            ));
+        }
+        let parent = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let parent = std::fs::canonicalize(parent).map_err(|_| {
+            create_err(format!("the directory {} does not exist", parent.display()))
+        })?;
+        for input in input_dirs {
+            if let Ok(input) = std::fs::canonicalize(input)
+                && parent.starts_with(&input)
+            {
+                return Err(OutputError::IsInput {
+                    output: path.to_path_buf(),
+                    input: input.clone(),
+                });
+            }
+        }
+        let name = path
+            .file_name()
+            .map_or_else(|| "output".into(), |n| n.to_string_lossy().into_owned());
+        let temp = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".tmp")
+            .tempdir_in(&parent)
+            .map_err(|e| create_err(describe_io(&e)))?;
+        Ok(OutputDir {
+            temp: Some(temp),
+            target: parent.join(name),
+        })
+    }
+
+    /// Where to write the result's files until [`commit`](Self::commit).
+    pub fn path(&self) -> &Path {
+        self.temp.as_ref().expect("until committed").path()
+    }
+
+    /// Renames the complete result into place.
+    pub fn commit(mut self) -> Result<(), OutputError> {
+        let temp = self.temp.take().expect("committed once");
+        let from = temp.keep();
+        // Readable like a directory made with the user's umask (TempDir makes it 0700).
+        let _ = std::fs::set_permissions(&from, std::fs::Permissions::from_mode(0o755));
+        std::fs::rename(&from, &self.target).map_err(|source| {
+            let _ = std::fs::remove_dir_all(&from);
+            OutputError::Io {
+                path: self.target.clone(),
+                source,
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

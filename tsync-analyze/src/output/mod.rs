@@ -7,4 +7,4 @@ pub mod file;
 pub mod plot;
 pub mod report;
 
-pub use file::{InputIds, OutputError, OutputFile, describe_io};
+pub use file::{InputIds, OutputDir, OutputError, OutputFile, describe_io};

@@ -77,9 +77,9 @@ fn generate(d: &Dataset, regenerate: bool) -> Result<()> {
     Ok(())
 }
 
-struct Measure {
-    seconds: f64,
-    max_rss_kib: i64,
+pub(super) struct Measure {
+    pub(super) seconds: f64,
+    pub(super) max_rss_kib: i64,
 }
 
 /// Runs a command with stdout to /dev/null and returns its wall time and peak RSS.
@@ -89,7 +89,7 @@ struct Measure {
 /// across `exec`, and `posix_spawn` children run in their parent's address space until then. This
 /// process may have grown large (it generates the inputs), the freshly started helper has not, so
 /// its children report their own peak (plus a floor of the helper's size: see [`floor`]).
-fn measure(program: &Path, args: &[PathBuf], pre: &[&str]) -> Result<Measure> {
+pub(super) fn measure(program: &Path, args: &[PathBuf], pre: &[&str]) -> Result<Measure> {
     let out = Command::new(std::env::current_exe()?)
         .arg("peak-rss")
         .arg(program)
@@ -119,7 +119,7 @@ fn measure(program: &Path, args: &[PathBuf], pre: &[&str]) -> Result<Measure> {
 
 /// The peak RSS the helper reports for a program that does nothing (`true`): the floor under
 /// every figure of the table.
-fn floor() -> Result<f64> {
+pub(super) fn floor() -> Result<f64> {
     Ok(measure(Path::new("true"), &[], &[])?.max_rss_kib as f64 / 1024.0)
 }
 

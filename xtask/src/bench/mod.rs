@@ -1,7 +1,8 @@
 //! `cargo xtask bench`: every benchmark, and one Markdown report with the machine they ran on.
 //!
-//! `cargo xtask bench capture` and `cargo xtask bench analyze` run one benchmark each; with no
-//! subcommand, both run and their tables go into `target/bench/report.md`, after a line that
+//! `cargo xtask bench capture`, `cargo xtask bench analyze` and `cargo xtask bench apply` run one
+//! benchmark each; with no subcommand, all run and their tables go into
+//! `target/bench/report.md`, after a line that
 //! says which machine, kernel and commit produced them, and before the simulator's accuracy
 //! figures (which are not speeds, but belong to the same "how good is it" report).
 
@@ -16,6 +17,7 @@ use crate::{
 };
 
 pub mod analyze;
+mod apply;
 pub mod capture;
 mod machine;
 pub mod mesh;
@@ -35,6 +37,8 @@ enum Which {
     Capture(capture::Args),
     /// Network-wide estimation on synthetic meshes: path against joint, against the truth.
     Mesh(mesh::Args),
+    /// `tsync-analyze apply` throughput on a large application log (JSON Lines, CSV).
+    Apply(apply::Args),
 }
 
 impl Args {
@@ -43,12 +47,13 @@ impl Args {
             Some(Which::Analyze(args)) => args.run(),
             Some(Which::Capture(args)) => args.run(),
             Some(Which::Mesh(args)) => args.run(),
+            Some(Which::Apply(args)) => args.run(),
             None => all(),
         }
     }
 }
 
-/// Runs both benchmarks and the simulator's accuracy check, and writes the combined report.
+/// Runs every benchmark and the simulator's accuracy check, and writes the combined report.
 fn all() -> Result<()> {
     if cfg!(debug_assertions) {
         // The analyzer benchmark generates 10⁷ messages: that needs optimized code.
@@ -57,8 +62,10 @@ fn all() -> Result<()> {
     let root = workspace_root();
     defaults::<capture::Args>()?.run()?;
     defaults::<analyze::Args>()?.run()?;
+    defaults::<apply::Args>()?.run()?;
     let capture = read_table(&root.join("target/bench/capture.md"))?;
     let analyze = read_table(&root.join("target/bench/analyze.md"))?;
+    let apply = read_table(&root.join("target/bench/apply.md"))?;
     let accuracy = accuracy()?;
     let report = format!(
         "# tsync benchmarks\n\n\
@@ -66,6 +73,7 @@ fn all() -> Result<()> {
          Commit: {}. Every ratio compares figures measured in the same run.\n\n\
          {capture}\n\n\
          {analyze}\n\n\
+         {apply}\n\n\
          ## Accuracy on simulated clocks (`cargo xtask simulate --check`)\n\n\
          4 nodes, 50 exchanges/s per connection, one-way delays ≥ 30 µs (±5 µs \
          asymmetry) plus an exponential tail of mean 20 µs; offsets up to ±50 ms, drifts up to \

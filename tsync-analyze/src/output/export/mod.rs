@@ -1,5 +1,5 @@
 //! Exports of every captured event on the common timebase: pcapng (Wireshark, tshark), JSON
-//! Lines and CSV.
+//! Lines, CSV and Chrome trace-event JSON (Perfetto).
 //!
 //! Users debug with the tools they know. After synchronization, an export puts the events of all
 //! nodes on one timeline: each event carries its node, direction, original and corrected time,
@@ -30,9 +30,11 @@ use serde::Serialize;
 
 use crate::timeline::{EventSink, ExportEvent, SinkError};
 
+mod chrome;
 mod pcapng;
 mod records;
 
+pub use chrome::ChromeExporter;
 pub use pcapng::{PcapngExporter, RebuiltPacket, rebuild_packet};
 pub use records::{CSV_COLUMNS, CsvExporter, EventRecord, JsonlExporter};
 use records::{direction_name, node_name};
@@ -53,6 +55,9 @@ pub enum ExportFormat {
     Jsonl,
     /// CSV with a header row: one [`EventRecord`] per row.
     Csv,
+    /// Chrome trace-event JSON (Perfetto, chrome://tracing): a process per node, a flow per
+    /// matched message.
+    Chrome,
 }
 
 impl FromStr for ExportFormat {
@@ -62,6 +67,7 @@ impl FromStr for ExportFormat {
             "pcapng" => Ok(ExportFormat::Pcapng),
             "jsonl" => Ok(ExportFormat::Jsonl),
             "csv" => Ok(ExportFormat::Csv),
+            "chrome" => Ok(ExportFormat::Chrome),
             other => Err(ExportError::UnknownFormat(other.to_string())),
         }
     }
@@ -73,6 +79,7 @@ impl fmt::Display for ExportFormat {
             ExportFormat::Pcapng => "pcapng",
             ExportFormat::Jsonl => "jsonl",
             ExportFormat::Csv => "csv",
+            ExportFormat::Chrome => "chrome",
         })
     }
 }
@@ -87,6 +94,8 @@ pub struct ExportOptions {
     /// pcapng only: a packet comment per event with its node, event number, original and
     /// corrected time and matched peer (about 100 bytes per packet; default on).
     pub pcap_comments: bool,
+    /// chrome only: the document's `metadata` member (the pairs' accuracy, the reference).
+    pub chrome_metadata: serde_json::Value,
 }
 
 impl Default for ExportOptions {
@@ -94,6 +103,7 @@ impl Default for ExportOptions {
         ExportOptions {
             pcap_time_base_ns: 0,
             pcap_comments: true,
+            chrome_metadata: serde_json::Value::Null,
         }
     }
 }
@@ -111,7 +121,7 @@ pub enum ExportError {
     #[error("cannot write the CSV export: {0}")]
     Csv(#[from] csv::Error),
     /// Not the name of a format (the name given).
-    #[error("unknown export format `{0}`: use pcapng, jsonl or csv")]
+    #[error("unknown export format `{0}`: use pcapng, jsonl, csv or chrome")]
     UnknownFormat(String),
     /// An event names a node index outside the node list.
     #[error("event {index} names node {node}, but only {nodes} nodes were given to the export")]
@@ -150,6 +160,11 @@ pub fn exporter<'w, W: Write + 'w>(
         ExportFormat::Pcapng => Box::new(PcapngExporter::new(out, nodes, options)?),
         ExportFormat::Jsonl => Box::new(JsonlExporter::new(out, nodes)),
         ExportFormat::Csv => Box::new(CsvExporter::new(out, nodes)?),
+        ExportFormat::Chrome => Box::new(ChromeExporter::new(
+            out,
+            nodes,
+            options.chrome_metadata.clone(),
+        )?),
     })
 }
 
@@ -171,4 +186,4 @@ macro_rules! event_sinks {
     )*};
 }
 
-event_sinks!(PcapngExporter, JsonlExporter, CsvExporter);
+event_sinks!(PcapngExporter, JsonlExporter, CsvExporter, ChromeExporter);
