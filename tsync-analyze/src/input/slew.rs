@@ -65,9 +65,15 @@ use tsync_common::format::ClockSample;
 
 use crate::model::PiecewiseMap;
 
-/// Samples further apart than this (on RAW) are too sparse to undo slewing with a bound: a 500 ppm
-/// slew could hide 25 µs between two samples 100 ms apart. The agent samples every 20 ms.
-pub const MAX_GAP_NS: u64 = 100_000_000;
+/// Samples further apart than this (on RAW) are too sparse for the model of rate changes (at
+/// most one per interval, the neighbours' rates before and after): such an interval gets the
+/// worst-case bound, any rate within [`WORST_RATE_PPM`] of those seen around it (a 500 ppm slew
+/// could hide 25 µs between two samples 100 ms apart). The agent samples every 20 ms; a loaded
+/// virtual machine can stall it for a few hundred.
+pub const DENSE_GAP_NS: u64 = 100_000_000;
+/// Samples further apart than this are refused: the worst-case bound would be milliseconds, and
+/// such a gap means the recording was interrupted.
+pub const MAX_GAP_NS: u64 = 10_000_000_000;
 /// The largest rate difference assumed where nothing is known (outside the span, two samples
 /// only): the kernel's limit on NTP's frequency correction and on `adjtime` slewing.
 pub const WORST_RATE_PPM: f64 = 500.0;
@@ -952,8 +958,10 @@ fn interval_bound(p: &Prepared, i: usize, g: &PiecewiseMap, candidates: &mut Vec
         && differ(i - 1, i)
         && differ(i, i + 1)
         && ((i >= 2 && differ(i - 2, i - 1)) || (i + 3 < n && differ(i + 1, i + 2)));
+    // A gap too long for the model (a stalled sampler): the worst case as well.
+    let sparse = h > DENSE_GAP_NS as f64;
     let (region, lowest_rate) = match (l_lines, r_lines, left, right) {
-        _ if too_close => (fallback_around(), lowest_around() - worst),
+        _ if too_close || sparse => (fallback_around(), lowest_around() - worst),
         (Some((l_lo, l_hi)), Some((r_lo, r_hi)), Some(sl), Some(sr)) => {
             let (s_min, s_max) = (sl.0.min(sr.0), sl.1.max(sr.1));
             let (env_low, env_high) = envelope(s_min, s_max);

@@ -338,16 +338,33 @@ fn what_cannot_be_undone_says_why() {
     );
     let e = SlewCorrection::from_samples(&s[..1], true).unwrap_err();
     assert!(e.to_string().contains("1 clock sample(s)"), "{e}");
-    // A 0.5 s gap (a version 1 agent's period) after sample 9.
+    // A 0.5 s gap (a stalled sampler) after sample 9: undone, with the worst-case bound there
+    // (a 500 ppm rate change could hide up to ~125 µs in 0.5 s) and the usual one elsewhere.
     let sparse: Vec<ClockSample> = s[..10].iter().chain(&s[35..]).copied().collect();
-    let e = SlewCorrection::from_samples(&sparse, true).unwrap_err();
+    let c = SlewCorrection::from_samples(&sparse, true).unwrap();
+    let gap_mid = (sparse[9].monotonic_ns + sparse[10].monotonic_ns) as f64 / 2.0;
+    assert!(c.bound_at(gap_mid) > 50e3, "{}", c.bound_at(gap_mid));
+    assert!(c.bound_at(sparse[20].monotonic_ns as f64) < 1e3);
+    for t in [gap_mid, sparse[9].monotonic_ns as f64 + 1e8] {
+        let truth_raw = truth.raw(t);
+        assert!((c.to_raw.apply(t) - truth_raw).abs() <= c.bound_at(t));
+    }
+    // A 20 s gap (an interrupted recording): refused.
+    let mut far = s[..10].to_vec();
+    far.extend(s[10..].iter().map(|x| ClockSample {
+        monotonic_ns: x.monotonic_ns + 20_000_000_000,
+        monotonic_after_ns: x.monotonic_after_ns + 20_000_000_000,
+        monotonic_raw_ns: x.monotonic_raw_ns + 20_000_000_000,
+        ..*x
+    }));
+    let e = SlewCorrection::from_samples(&far, true).unwrap_err();
     assert!(
-        matches!(e, SlewUnavailable::TooSparse { index: 9, gap_ns, .. } if gap_ns > 490_000_000),
+        matches!(e, SlewUnavailable::TooSparse { index: 9, gap_ns, .. } if gap_ns > 19_000_000_000),
         "{e:?}"
     );
     let text = e.to_string();
     assert!(
-        text.contains("samples 9 and 10") && text.contains("ms apart") && text.contains("100 ms"),
+        text.contains("samples 9 and 10") && text.contains("ms apart") && text.contains("10000 ms"),
         "{text}"
     );
     let mut backwards = s.clone();
