@@ -42,6 +42,18 @@ pub struct DemoArgs {
     /// Largest error (µs) tolerated between recovered and true mapping, besides the interval.
     #[arg(long, default_value_t = 5.0)]
     pub max_error_us: f64,
+    /// Segmentation and receive offloads on the veth links: `on` (TSO, GSO and GRO), `off`, or
+    /// as the kernel sets them (`kernel`: veth's TSO and GSO on, GRO off).
+    #[arg(long, value_enum, default_value = "kernel")]
+    pub offloads: Offloads,
+}
+
+/// The `--offloads` choices.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offloads {
+    On,
+    Off,
+    Kernel,
 }
 
 /// A child process that is killed and reaped if still running when dropped.
@@ -156,6 +168,9 @@ fn run_traffic(lab: &Bridge, duration: f64, skews: &[ClockSkew], out: &Path) -> 
 pub fn record(args: &DemoArgs, skews: &[ClockSkew], out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let prefix = format!("tsd{}", std::process::id());
     let lab = Bridge::create(&prefix, args.nodes)?;
+    if args.offloads != Offloads::Kernel {
+        lab.set_offloads(args.offloads == Offloads::On)?;
+    }
     let mut agents = Vec::new();
     let mut programs = BTreeSet::new();
     for (k, &skew) in skews.iter().enumerate() {
@@ -332,8 +347,7 @@ impl DemoArgs {
         // Ctrl-C reaches the agents and traffic generators too (same process group): they stop,
         // the run fails over, and the guards tear everything down. The demo itself must survive
         // the signal to do that.
-        ctrlc::set_handler(|| eprintln!("interrupted: stopping and cleaning up"))
-            .context("cannot install the Ctrl-C handler")?;
+        crate::util::catch_interrupts()?;
         anyhow::ensure!(self.nodes >= 2, "the demo needs at least 2 nodes");
         crate::setup::run_setup(true)?;
         build_release(&["tsync-agent", "tsync-analyze"])?;
@@ -548,13 +562,19 @@ fn summary(
         .collect();
     format!(
         "tsync demo: {} nodes, {} s of TCP traffic, seed {seed}\n\n{}\npairs: {}\n\
-         matched messages: {}; inversions after correction: {inversions}\n\
+         matched messages: {} ({} by sequence range); events left unmatched: {} of {} \
+         ({:.2} %); offloads: {:?}; inversions after correction: {inversions}\n\
          output: {} (traces, sync.json, plots/, timeline.pcapng, app-*.jsonl, report.md)\n",
         args.nodes,
         args.duration,
         table(checks),
         pairs.join("; "),
         sync.matching.matched,
+        sync.matching.range_matched,
+        sync.matching.unmatched,
+        sync.matching.events,
+        100.0 * sync.matching.unmatched as f64 / sync.matching.events.max(1) as f64,
+        args.offloads,
         out.display()
     )
 }
