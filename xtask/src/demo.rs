@@ -362,11 +362,13 @@ impl DemoArgs {
         eprintln!("demo: seed {seed}, output in {}", out.display());
         let files = record(&self, &skews, &out)?;
         let (sync, checks, inversions) = analyze(&files, &skews)?;
+        let by_digest = digest_only(&files)?;
         let json = serde_json::to_string_pretty(&tsync_analyze::output::report::to_json(&sync))?;
         std::fs::write(out.join("sync.json"), json + "\n")?;
         artifacts(&files, &out)?;
         let logs = app_logs(&files, self.nodes, &out)?;
-        let report = summary(&self, seed, &out, &sync, &checks, inversions) + &logs.report();
+        let report =
+            summary(&self, seed, &out, &sync, &checks, inversions, &by_digest) + &logs.report();
         std::fs::write(out.join("report.md"), &report)?;
         println!("{report}");
         verdict(&self, &sync, &checks, inversions, &logs)
@@ -496,6 +498,23 @@ fn app_logs(files: &[PathBuf], nodes: usize, out: &Path) -> anyhow::Result<AppLo
     })
 }
 
+/// What matching by digest alone (without pairing by sequence range) makes of the traces: the
+/// figure to compare with when offloads are on.
+fn digest_only(files: &[PathBuf]) -> anyhow::Result<tsync_analyze::MatchStats> {
+    struct Nothing;
+    impl MessageSink for Nothing {
+        fn message(&mut self, _: &MatchedMessage<'_>) {}
+        fn wants_events(&self) -> bool {
+            false
+        }
+    }
+    let options = MatchOptions {
+        by_range: false,
+        ..MatchOptions::default()
+    };
+    Ok(InputSet::open(files)?.for_each_message(&options, &mut Nothing, &mut |_| {})?)
+}
+
 /// Plots and a pcapng export of the corrected timeline, made by the analyzer's own commands.
 fn artifacts(files: &[PathBuf], out: &Path) -> anyhow::Result<()> {
     let analyzer = release_binary("tsync-analyze");
@@ -545,6 +564,7 @@ fn summary(
     sync: &SyncResult,
     checks: &[NodeCheck],
     inversions: u64,
+    by_digest: &tsync_analyze::MatchStats,
 ) -> String {
     let pairs: Vec<String> = sync
         .pairs
@@ -563,7 +583,8 @@ fn summary(
     format!(
         "tsync demo: {} nodes, {} s of TCP traffic, seed {seed}\n\n{}\npairs: {}\n\
          matched messages: {} ({} by sequence range); events left unmatched: {} of {} \
-         ({:.2} %); offloads: {:?}; inversions after correction: {inversions}\n\
+         ({:.2} %); by digest alone: {} matched, {} left unmatched; offloads: {:?}; \
+         inversions after correction: {inversions}\n\
          output: {} (traces, sync.json, plots/, timeline.pcapng, app-*.jsonl, report.md)\n",
         args.nodes,
         args.duration,
@@ -574,6 +595,8 @@ fn summary(
         sync.matching.unmatched,
         sync.matching.events,
         100.0 * sync.matching.unmatched as f64 / sync.matching.events.max(1) as f64,
+        by_digest.matched,
+        by_digest.unmatched,
         args.offloads,
         out.display()
     )

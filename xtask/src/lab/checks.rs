@@ -41,6 +41,8 @@ pub struct GuestRow {
     pub events: u64,
     pub lost: u64,
     pub offset_drift_ticks: f64,
+    /// Widths of the start and end offset brackets (ticks).
+    pub offset_widths: (i128, i128),
     pub true_raw_ppm: Option<f64>,
     pub recovered_raw_ppm: Option<f64>,
     pub slew_applied_ppm: Option<f64>,
@@ -188,6 +190,7 @@ pub fn evaluate(o: &LabOutcome<'_>) -> (Vec<GuestRow>, Vec<Check>, Option<SyncRe
     }
     for row in &rows {
         let drift = row.offset_drift_ticks;
+        let (ws, we) = row.offset_widths;
         checks.push(Check::new(
             format!(
                 "{}: TSC offset to the host constant (ground truth valid)",
@@ -195,11 +198,11 @@ pub fn evaluate(o: &LabOutcome<'_>) -> (Vec<GuestRow>, Vec<Check>, Option<SyncRe
             ),
             drift.is_finite(),
             format!(
-                "start and end brackets {}",
+                "start and end brackets ({ws} and {we} ticks wide) {}",
                 if drift.is_finite() {
-                    format!("agree ({drift:.0} ticks apart at most)")
+                    format!("overlap, middles {drift:.0} ticks apart")
                 } else {
-                    "disagree".into()
+                    "do not overlap".into()
                 }
             ),
         ));
@@ -314,6 +317,7 @@ fn row(
         events: r.agent_events,
         lost: r.agent_lost,
         offset_drift_ticks,
+        offset_widths: (s.width(), e.width()),
         true_raw_ppm: truth.as_ref().map(Truth::raw_rate_ppm),
         recovered_raw_ppm: pair.and_then(|p| p.estimate).map(|e| (e.drift - 1.0) * 1e6),
         slew_applied_ppm: r.slew.map(|s| s.freq_after_ppm - s.freq_before_ppm),
@@ -369,27 +373,34 @@ fn slew_checks(o: &LabOutcome<'_>, rows: &[GuestRow], sync: Option<&SyncResult>)
 /// The per-guest table.
 pub fn table(rows: &[GuestRow]) -> String {
     let mut out = String::from(
-        "| guest | kernel | clocksource | role | events | lost | TSC offset start→end (ticks) | \
-         true raw rate vs guest-0 (ppm) | recovered (ppm) | slew applied / seen by info (ppm) | \
-         quality | segments | max error (µs) | widest interval (µs) | truth uncertainty (µs) | \
-         truth inside | recorded timebase: max error (µs), inside |\n\
+        "| guest | kernel | clocksource | role | events | lost | TSC offset brackets: widths at \
+         start, end / middles apart (ticks) | true raw rate vs guest-0 (ppm) | recovered (ppm) | \
+         slew applied / info's rate range (ppm) | quality | segments | max error (µs) | widest \
+         interval (µs) | truth uncertainty (µs) | truth inside | recorded timebase: max error \
+         (µs), inside |\n\
          |---|---|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---|---|\n",
     );
     let opt = |v: Option<f64>, p: usize| v.map_or("—".into(), |v| format!("{v:+.p$}"));
     for r in rows {
         let t = r.truth;
-        let slew = match (r.slew_applied_ppm, r.slew_seen_ppm) {
-            (None, seen) => format!("— / {}", opt(seen, 3)),
-            (Some(a), seen) => format!("{a:+.3} / {}", opt(seen, 3)),
+        let seen = r
+            .slew_seen_ppm
+            .map_or("unavailable".into(), |s| format!("{s:.3}"));
+        let slew = match r.slew_applied_ppm {
+            None => format!("— / {seen}"),
+            Some(a) => format!("{a:+.3} / {seen}"),
         };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {}, {} / {:.0} | {} | {} | {} | {} | {} | {} | {} | {} \
+             | {} | {} |\n",
             r.name,
             r.kernel,
             r.clocksource,
             r.role,
             r.events,
             r.lost,
+            r.offset_widths.0,
+            r.offset_widths.1,
             r.offset_drift_ticks,
             opt(r.true_raw_ppm, 3),
             opt(r.recovered_raw_ppm, 3),

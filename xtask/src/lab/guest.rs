@@ -134,6 +134,8 @@ impl GuestArgs {
         let (agent_events, agent_lost) = stopped.summary().unwrap_or((0, u64::MAX));
         let programs_left = tsync_lab::wait_unloaded(&programs)?.len();
         let pairs = sampler.stop();
+        page.slot(k, SlotWord::Finished).store(1, Ordering::Release);
+        wait_global(&page, GlobalWord::AllFinished, Duration::from_secs(120))?;
         let offset_end = page.measure_offset(k, 300, patience)?;
         let (first, last) = (
             pairs.first().context("no clock pair")?,
@@ -180,6 +182,9 @@ impl GuestArgs {
             rate: 50.0,
             bulk_rate: 150_000,
             linger: 1.0,
+            app_log: None,
+            node_index: k as u32,
+            clock_skew: None,
         };
         let traffic = std::thread::spawn(move || crate::traffic::run(&args));
         let slew = if self.slew_ppm != 0.0 {

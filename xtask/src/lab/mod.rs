@@ -87,7 +87,8 @@ impl Args {
         for series in &self.kernels {
             kernels.push(cache::kernel(series)?);
         }
-        build_release(&["tsync-agent"])?;
+        // The same set as the demo builds, so that `cargo xtask test` builds the agent once.
+        build_release(&["tsync-agent", "tsync-analyze"])?;
         let seed = self.seed.unwrap_or_else(rand::random);
         let out = self
             .out
@@ -181,6 +182,7 @@ impl Args {
         slew_after: f64,
     ) -> anyhow::Result<(Vec<Result<guest::GuestReport, String>>, Vec<String>)> {
         let page = HostPage::create(self.guests)?;
+        let tmp = Scratch::create(out.join("vng-tmp"))?;
         let me = std::env::current_exe()?;
         let agent = release_binary("tsync-agent");
         let hub_port = 40_000 + (std::process::id() % 20_000) as u16;
@@ -212,6 +214,7 @@ impl Args {
                     out,
                     exec,
                     log: out.join(format!("vm-{k}.log")),
+                    tmp: &tmp.0,
                 },
             )?);
         }
@@ -247,6 +250,10 @@ impl Args {
                 vm.kill();
             }
         }
+        if std::fs::read_dir(&tmp.0).is_ok_and(|mut d| d.next().is_some()) {
+            leftovers.push(format!("virtme-ng's files in {}", tmp.0.display()));
+        }
+        drop(tmp);
         let path = page.path.clone();
         let helper = page.close();
         if path.exists() {
@@ -276,6 +283,23 @@ fn read_report(out: &Path, k: usize) -> Result<guest::GuestReport, String> {
             );
             Err(why.trim().to_owned())
         }
+    }
+}
+
+/// A folder removed with its contents on drop (virtme-ng's `$TMPDIR`: killed, it leaves files).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn create(path: PathBuf) -> anyhow::Result<Scratch> {
+        std::fs::create_dir_all(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        Ok(Scratch(path))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -309,6 +333,7 @@ impl HostPage {
                 page.barrier(guests, SlotWord::Booted, GlobalWord::AllBooted);
                 page.barrier(guests, SlotWord::Ready, GlobalWord::Go);
                 page.barrier(guests, SlotWord::Done, GlobalWord::Stop);
+                page.barrier(guests, SlotWord::Finished, GlobalWord::AllFinished);
                 if !page.serve(guests) {
                     std::thread::sleep(Duration::from_millis(1));
                 }

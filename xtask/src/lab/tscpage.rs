@@ -40,6 +40,8 @@ pub enum SlotWord {
     Done = 5,
     /// Set by the guest once it has booted and its NIC is up (the first barrier).
     Booted = 6,
+    /// Set by the guest once its agent has stopped (the last barrier).
+    Finished = 7,
 }
 
 /// Words every guest reads, the host writes.
@@ -54,6 +56,9 @@ pub enum GlobalWord {
     /// takes a whole host core, and guests that recorded while others booted were starved for
     /// up to 160 ms at a time.
     AllBooted = 2,
+    /// Host TSC at which every agent had stopped: the guests measure their TSC offset again,
+    /// all idle (guests powering off starve the others' handshakes).
+    AllFinished = 3,
 }
 
 /// A mapping of the shared page (host: the `/dev/shm` file; guest: the PCI BAR).
