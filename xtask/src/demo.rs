@@ -500,7 +500,7 @@ fn app_logs(files: &[PathBuf], nodes: usize, out: &Path) -> anyhow::Result<AppLo
 
 /// What matching by digest alone (without pairing by sequence range) makes of the traces: the
 /// figure to compare with when offloads are on.
-fn digest_only(files: &[PathBuf]) -> anyhow::Result<tsync_analyze::MatchStats> {
+pub fn digest_only(files: &[PathBuf]) -> anyhow::Result<tsync_analyze::MatchStats> {
     struct Nothing;
     impl MessageSink for Nothing {
         fn message(&mut self, _: &MatchedMessage<'_>) {}

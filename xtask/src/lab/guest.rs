@@ -42,6 +42,9 @@ pub struct GuestArgs {
     /// The agent binary (on the host's file system).
     #[arg(long)]
     pub agent: PathBuf,
+    /// Turn the NIC's TSO, GSO and GRO on or off (default: as the kernel set them).
+    #[arg(long)]
+    pub offloads: Option<String>,
 }
 
 /// The guests' subnet on the multicast hub.
@@ -111,6 +114,12 @@ impl GuestArgs {
     fn run_inner(&self) -> anyhow::Result<()> {
         let k = self.index;
         let nic = bring_up_nic(k)?;
+        if let Some(state) = &self.offloads {
+            crate::util::run(
+                Command::new("ethtool")
+                    .args(["-K", &nic, "tso", state, "gso", state, "gro", state]),
+            )?;
+        }
         let page = Arc::new(map_ivshmem()?);
         page.slot(k, SlotWord::Booted).store(1, Ordering::Release);
         wait_global(&page, GlobalWord::AllBooted, Duration::from_secs(300))?;

@@ -47,6 +47,10 @@ pub struct Args {
     /// Output folder (default: target/lab/<seed>).
     #[arg(short, long)]
     pub out: Option<PathBuf>,
+    /// Segmentation and receive offloads of the guests' NICs: `on` (TSO, GSO, GRO), `off`, or as
+    /// the kernel sets them (`kernel`: virtio-net over QEMU's hub has TSO off, GSO and GRO on).
+    #[arg(long, value_enum, default_value = "kernel")]
+    pub offloads: crate::demo::Offloads,
 }
 
 /// The slew a seed picks: a guest other than the reference, ±200–500 ppm in whole ppm (exact in
@@ -135,10 +139,24 @@ impl Args {
         );
         if let Some(s) = &sync {
             let m = &s.matching;
+            let by_digest = crate::demo::digest_only(&outcome_files(&out, self.guests))?;
             report.push_str(&format!(
-                "matched messages: {} ({} by sequence range: GRO on the guests' virtio-net) of \
-                 {} events ({} unmatched, {} ambiguous)\n",
-                m.matched, m.range_matched, m.events, m.unmatched, m.ambiguous
+                "matched messages: {} ({} by sequence range) of {} events ({} unmatched, {} \
+                 ambiguous); by digest alone: {} matched, {} unmatched; guest NICs' offloads: \
+                 {:?} ({})\n",
+                m.matched,
+                m.range_matched,
+                m.events,
+                m.unmatched,
+                m.ambiguous,
+                by_digest.matched,
+                by_digest.unmatched,
+                self.offloads,
+                outcome
+                    .reports
+                    .first()
+                    .and_then(|r| r.as_ref().ok())
+                    .map_or("—".into(), |r| r.offloads.join(", "))
             ));
             let json = serde_json::to_string_pretty(&tsync_analyze::output::report::to_json(s))?;
             std::fs::write(out.join("sync.json"), json + "\n")?;
@@ -193,8 +211,13 @@ impl Args {
             } else {
                 String::new()
             };
+            let offloads = match self.offloads {
+                crate::demo::Offloads::On => " --offloads on",
+                crate::demo::Offloads::Off => " --offloads off",
+                crate::demo::Offloads::Kernel => "",
+            };
             let exec = format!(
-                "'{}' lab-guest --index {k} --guests {} --duration {}{slew} --out '{}' \
+                "'{}' lab-guest --index {k} --guests {} --duration {}{slew}{offloads} --out '{}' \
                  --agent '{}' > '{}' 2>&1",
                 me.display(),
                 self.guests,
@@ -264,6 +287,13 @@ impl Args {
         }
         Ok((reports, leftovers))
     }
+}
+
+/// The guests' trace files.
+fn outcome_files(out: &Path, guests: usize) -> Vec<PathBuf> {
+    (0..guests)
+        .map(|k| out.join(format!("guest-{k}.tsync")))
+        .collect()
 }
 
 /// A guest's report, or why there is none (its error file, or its log's end).

@@ -49,7 +49,7 @@ impl Vm {
             "--qemu-opts=-netdev socket,id=hub,mcast=230.0.0.1:{port},localaddr=127.0.0.1 \
              -device virtio-net-pci,netdev=hub,mac={mac} \
              -object memory-backend-file,id=tscpage,share=on,mem-path={page},size={size} \
-             -device ivshmem-plain,memdev=tscpage",
+             -device ivshmem-plain,memdev=tscpage -overcommit mem-lock=on",
             port = spec.hub_port,
             mac = spec.mac,
             page = spec.page.display(),
