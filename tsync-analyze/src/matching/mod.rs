@@ -425,7 +425,9 @@ impl Matcher {
                 .decide(&front.value, &front.key, self.ranges.as_mut(), sink);
             self.live.drop_front();
         }
-        if let Some(r) = self.ranges.as_mut() {
+        if let Some(r) = self.ranges.as_mut()
+            && r.holds_any()
+        {
             let d = &mut self.decider;
             let suspect = |e: &PacketEvent, t: i64| d_suspect(&d.node_addresses, &d.spans, e, t);
             r.expire(now, false, &mut d.stats, &suspect, sink);

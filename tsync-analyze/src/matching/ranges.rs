@@ -22,7 +22,9 @@
 //! seen); a receive is decided one more window later, when every send that could overlap it has
 //! arrived, and the events are forgotten a window after that. Memory is the unpaired payload
 //! events of those windows.
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use rustc_hash::FxHashMap;
 
 use tsync_common::{PacketEvent, direction};
 
@@ -55,13 +57,16 @@ pub(crate) struct Unpaired {
     pub count: u32,
 }
 
-/// An unpaired event in its flow, once placed.
+/// An unpaired event in its flow: what the overlap tests read (the event itself waits in the
+/// matcher's slab, so that the ordered maps move small values).
 #[derive(Clone, Copy, Debug)]
 struct Placed {
-    u: Unpaired,
-    /// Unwrapped first sequence number and one past the last byte.
-    start: i64,
+    /// One past the last byte (unwrapped); the first is the map key's.
     end: i64,
+    trace: u32,
+    count: u32,
+    /// Where the [`Unpaired`] event lies in the slab.
+    slot: u32,
     paired: bool,
 }
 
@@ -71,8 +76,9 @@ struct FlowRanges {
     sides: [BTreeMap<(i64, u64), Placed>; 2],
     /// The last sequence number placed and its unwrapped value (32-bit wrap-around).
     last: Option<(u32, i64)>,
-    /// The longest range placed: overlapping ranges start at most this far before a byte.
-    longest: i64,
+    /// The longest range placed, per side: ranges that overlap a byte start at most this far
+    /// before it (super-packets on one side, segments on the other: scans stay short).
+    longest: [i64; 2],
 }
 
 impl FlowRanges {
@@ -93,7 +99,7 @@ impl FlowRanges {
         end: i64,
     ) -> impl Iterator<Item = (&(i64, u64), &Placed)> {
         self.sides[side]
-            .range((start - self.longest, 0)..(end, 0))
+            .range((start - self.longest[side], 0)..(end, 0))
             .filter(move |(_, p)| p.end > start)
     }
 }
@@ -104,7 +110,10 @@ type Slot = (Flow, usize, (i64, u64));
 /// The range matcher (see the module documentation).
 pub(crate) struct RangeMatcher {
     window: i64,
-    flows: HashMap<Flow, FlowRanges>,
+    flows: FxHashMap<Flow, FlowRanges>,
+    /// The events themselves, indexed by [`Placed::slot`]; freed slots are reused.
+    slab: Vec<Unpaired>,
+    free: Vec<u32>,
     /// Receives to decide, in arrival order (= first-seen order), with their first-seen time.
     to_decide: VecDeque<(i64, Slot)>,
     /// Every entry, in arrival order, to forget once no later event can overlap it.
@@ -121,12 +130,21 @@ impl RangeMatcher {
     pub fn new(window: i64) -> Self {
         RangeMatcher {
             window,
-            flows: HashMap::new(),
+            flows: FxHashMap::default(),
+            slab: Vec::new(),
+            free: Vec::new(),
             to_decide: VecDeque::new(),
             to_forget: VecDeque::new(),
             arrivals: 0,
             events_wanted: true,
         }
+    }
+
+    /// Whether any event waits here (matching calls [`expire`](Self::expire) only then: on
+    /// traces whose digests all match, the range matcher costs one test per event).
+    #[inline]
+    pub fn holds_any(&self) -> bool {
+        !self.to_forget.is_empty()
     }
 
     /// Whether `e` is an event this matcher takes: TCP with payload (whose bytes it covers).
@@ -148,18 +166,29 @@ impl RangeMatcher {
         } else {
             RECV
         };
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.slab[i as usize] = u;
+                i
+            }
+            None => {
+                self.slab.push(u);
+                (self.slab.len() - 1) as u32
+            }
+        };
         let ranges = self.flows.entry(flow).or_default();
         let start = ranges.unwrap(e.seq);
         let end = start + i64::from(e.tcp_payload_len());
-        ranges.longest = ranges.longest.max(end - start);
+        ranges.longest[side] = ranges.longest[side].max(end - start);
         self.arrivals += 1;
         let key = (start, self.arrivals);
         ranges.sides[side].insert(
             key,
             Placed {
-                u,
-                start,
                 end,
+                trace: u.trace,
+                count: u.count,
+                slot,
                 paired: false,
             },
         );
@@ -198,13 +227,15 @@ impl RangeMatcher {
             let Some(ranges) = self.flows.get_mut(&flow) else {
                 continue;
             };
-            if let Some(p) = ranges.sides[side].remove(&key)
-                && !p.paired
-            {
-                stats.unmatched += u64::from(p.u.count);
-                if p.u.count == 1 && suspect(&p.u.event, p.u.first_seen) {
-                    stats.oversize_unmatched += 1;
+            if let Some(p) = ranges.sides[side].remove(&key) {
+                let u = &self.slab[p.slot as usize];
+                if !p.paired {
+                    stats.unmatched += u64::from(p.count);
+                    if p.count == 1 && suspect(&u.event, u.first_seen) {
+                        stats.oversize_unmatched += 1;
+                    }
                 }
+                self.free.push(p.slot);
             }
             if ranges.sides.iter().all(BTreeMap::is_empty) {
                 self.flows.remove(&flow);
@@ -225,40 +256,42 @@ impl RangeMatcher {
         let Some(&r) = ranges.sides[RECV].get(&key) else {
             return;
         };
-        if r.u.count != 1 {
+        if r.count != 1 {
             return;
         }
+        let r_start = key.0;
         let mut pairs = Vec::new();
-        for (skey, s) in ranges.overlapping(SEND, r.start, r.end) {
-            if s.u.count != 1 || s.u.trace == r.u.trace {
+        for (skey, s) in ranges.overlapping(SEND, r_start, r.end) {
+            if s.count != 1 || s.trace == r.trace {
                 continue;
             }
-            let (lo, hi) = (s.start.max(r.start), s.end.min(r.end));
+            let (lo, hi) = (skey.0.max(r_start), s.end.min(r.end));
             let other_send = ranges.overlapping(SEND, lo, hi).any(|(k, _)| k != skey);
             let other_recv = ranges.overlapping(RECV, lo, hi).any(|(k, _)| *k != key);
             if !other_send && !other_recv {
                 pairs.push(*skey);
             }
         }
+        let ru = &self.slab[r.slot as usize];
         for skey in &pairs {
             let s = ranges.sides[SEND].get_mut(skey).expect("just found");
             s.paired = true;
-            let s = *s;
+            let su = &self.slab[s.slot as usize];
             stats.matched += 1;
             stats.range_matched += 1;
             let m = MatchedMessage {
                 message: Message {
-                    send_trace: s.u.trace,
-                    recv_trace: r.u.trace,
-                    send_ns: s.u.time,
-                    recv_ns: r.u.time,
+                    send_trace: su.trace,
+                    recv_trace: ru.trace,
+                    send_ns: su.time,
+                    recv_ns: ru.time,
                 },
                 origin: Origin::Events {
-                    send_index: s.u.index,
-                    recv_index: r.u.index,
+                    send_index: su.index,
+                    recv_index: ru.index,
                 },
-                send_event: self.events_wanted.then_some(&s.u.event),
-                recv_event: self.events_wanted.then_some(&r.u.event),
+                send_event: self.events_wanted.then_some(&su.event),
+                recv_event: self.events_wanted.then_some(&ru.event),
             };
             sink.message(&m);
         }
