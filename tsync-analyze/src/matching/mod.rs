@@ -136,10 +136,12 @@ pub fn offload_warning(stats: &MatchStats) -> Option<String> {
     (n >= 10 && n * 100 >= stats.events).then(|| {
         format!(
             "{n} packets of more than {OFFLOAD_SUSPECT_LEN} bytes between traced nodes found no \
-             partner: segmentation offloads (TSO/GSO on the sender, GRO/LRO on the receiver) show \
-             the hooks merged super-packets that the other side never sees as such; for exact \
-             matching turn them off on the traced interfaces during the test (ethtool -K DEV tso \
-             off gso off gro off)"
+             partner, by digest or by sequence range: segmentation offloads (TSO/GSO on the \
+             sender, GRO/LRO on the receiver) hand the hooks super-packets that the other side \
+             never sees as such, and bytes sent or received twice (retransmissions) cannot be \
+             paired by range; turning receive offloads off on the traced interfaces may help \
+             (ethtool -K DEV gro off lro off; TCP builds GSO super-packets on the sender whatever \
+             its settings, so ethtool -K DEV tso off gso off changes nothing there)"
         )
     })
 }
