@@ -146,14 +146,24 @@ fn record(args: RecordArgs) -> Result<()> {
     };
     let start = clock::sample(args.clock_skew.as_ref());
     let header = header(&args, netns_inode, &start)?;
-    // Sampling starts before the programs are loaded, so that every event lies between two
-    // clock samples: the analyzer's slew bound grows quickly outside them.
-    let sampler = sampler::Sampler::start(args.clock_skew, sampler::SAMPLE_PERIOD)
-        .context("cannot start the clock sampler")?;
-    let capture = Capture::load(&LoadOptions {
-        ring_size: loader::check_ring_size(args.ring_size).map_err(anyhow::Error::msg)?,
-        netns_inode,
-    })?;
+    // Sampling starts before the programs are attached, so that every event lies between two
+    // clock samples (the analyzer's slew bound grows quickly outside them), and after they are
+    // verified (which may hold a one-CPU machine's only CPU for a fifth of a second).
+    let mut sampler = None;
+    let capture = Capture::load(
+        &LoadOptions {
+            ring_size: loader::check_ring_size(args.ring_size).map_err(anyhow::Error::msg)?,
+            netns_inode,
+        },
+        || {
+            sampler = Some(
+                sampler::Sampler::start(args.clock_skew, sampler::SAMPLE_PERIOD)
+                    .context("cannot start the clock sampler")?,
+            );
+            Ok(())
+        },
+    )?;
+    let sampler = sampler.context("the programs were attached without the clock sampler")?;
     let ready_message = match netns_inode {
         Some(ino) => format!(
             "tsync-agent: recording on {} interfaces (network namespace {ino}) to {}",

@@ -141,33 +141,18 @@ fn record(ctx: &BtfTracePointContext, dir: u8) {
         Digest::NotOurs => return,
         Digest::Unreadable { dev } => {
             count_lost(dir);
-            if let Some((n, cpu)) = notice(notice::UNREADABLE) {
-                info!(
-                    ctx,
-                    target: LOG_TARGET,
-                    "{} hook: the headers of an IP packet on ifindex {} could not be read; \
-                     counted as lost (occurrence {} on CPU {})",
-                    hook(dir),
-                    ifindex(dev),
-                    n,
-                    cpu
-                );
+            if dir == direction::SEND {
+                log_unreadable::<true>(ctx, dev);
+            } else {
+                log_unreadable::<false>(ctx, dev);
             }
             return;
         }
         Digest::NoNetworkHeader { dev, protocol } => {
-            if let Some((n, cpu)) = notice(notice::NO_NETWORK_HEADER) {
-                info!(
-                    ctx,
-                    target: LOG_TARGET,
-                    "{} hook: packet of EtherType 0x{:x} on ifindex {} has no network header \
-                     offset; not recorded (occurrence {} on CPU {})",
-                    hook(dir),
-                    protocol,
-                    ifindex(dev),
-                    n,
-                    cpu
-                );
+            if dir == direction::SEND {
+                log_no_network_header::<true>(ctx, dev, protocol);
+            } else {
+                log_no_network_header::<false>(ctx, dev, protocol);
             }
             return;
         }
@@ -176,20 +161,10 @@ fn record(ctx: &BtfTracePointContext, dir: u8) {
             protocol,
             first_byte,
         } => {
-            if let Some((n, cpu)) = notice(notice::NOT_IP) {
-                info!(
-                    ctx,
-                    target: LOG_TARGET,
-                    "{} hook: packet of EtherType 0x{:x} on ifindex {} starts with 0x{:x} at its \
-                     network header, not an IP header of that version; not recorded \
-                     (occurrence {} on CPU {})",
-                    hook(dir),
-                    protocol,
-                    ifindex(dev),
-                    first_byte,
-                    n,
-                    cpu
-                );
+            if dir == direction::SEND {
+                log_not_ip::<true>(ctx, dev, protocol, first_byte);
+            } else {
+                log_not_ip::<false>(ctx, dev, protocol, first_byte);
             }
             return;
         }
@@ -200,6 +175,74 @@ fn record(ctx: &BtfTracePointContext, dir: u8) {
             entry.submit(wakeup_flag());
         }
         None => count_lost(dir),
+    }
+}
+
+// The log statements live in functions of their own (BPF-to-BPF calls, on rare paths only), one
+// per hook (`SEND`), so that their buffers are not part of the per-packet frame and the hook's
+// name is a constant (a string of either length was copied with a call to `memcpy`). Linux 6.1's
+// verifier adds up the frames of a call chain, each rounded up to 32 bytes (an empty one counts
+// as 32), against a limit of 512: inlined, the statements made a 488-byte frame that, with the
+// call to `memcpy`, came to 544, and 6.1 refused the programs (found by `cargo xtask lab`; newer
+// kernels round less). Now the chain is the hook's frame and one log function's.
+
+/// Logs headers that could not be read (the event was counted as lost).
+#[inline(never)]
+fn log_unreadable<const SEND: bool>(ctx: &BtfTracePointContext, dev: usize) {
+    if let Some((n, cpu)) = notice(notice::UNREADABLE) {
+        info!(
+            ctx,
+            target: LOG_TARGET,
+            "{} hook: the headers of an IP packet on ifindex {} could not be read; \
+             counted as lost (occurrence {} on CPU {})",
+            hook(SEND),
+            ifindex(dev),
+            n,
+            cpu
+        );
+    }
+}
+
+/// Logs a sent IP packet without a network header offset.
+#[inline(never)]
+fn log_no_network_header<const SEND: bool>(ctx: &BtfTracePointContext, dev: usize, protocol: u16) {
+    if let Some((n, cpu)) = notice(notice::NO_NETWORK_HEADER) {
+        info!(
+            ctx,
+            target: LOG_TARGET,
+            "{} hook: packet of EtherType 0x{:x} on ifindex {} has no network header \
+             offset; not recorded (occurrence {} on CPU {})",
+            hook(SEND),
+            protocol,
+            ifindex(dev),
+            n,
+            cpu
+        );
+    }
+}
+
+/// Logs a network header that is not the IP header its EtherType announces.
+#[inline(never)]
+fn log_not_ip<const SEND: bool>(
+    ctx: &BtfTracePointContext,
+    dev: usize,
+    protocol: u16,
+    first_byte: u8,
+) {
+    if let Some((n, cpu)) = notice(notice::NOT_IP) {
+        info!(
+            ctx,
+            target: LOG_TARGET,
+            "{} hook: packet of EtherType 0x{:x} on ifindex {} starts with 0x{:x} at its \
+             network header, not an IP header of that version; not recorded \
+             (occurrence {} on CPU {})",
+            hook(SEND),
+            protocol,
+            ifindex(dev),
+            first_byte,
+            n,
+            cpu
+        );
     }
 }
 
@@ -233,12 +276,8 @@ fn notice(which: u32) -> Option<(u64, u32)> {
 
 /// The hook's name in log messages.
 #[inline(always)]
-fn hook(dir: u8) -> &'static str {
-    if dir == direction::SEND {
-        "send"
-    } else {
-        "receive"
-    }
+fn hook(send: bool) -> &'static str {
+    if send { "send" } else { "receive" }
 }
 
 /// The interface index of a `net_device` (for log messages).

@@ -42,6 +42,18 @@ pub struct DemoArgs {
     /// Largest error (µs) tolerated between recovered and true mapping, besides the interval.
     #[arg(long, default_value_t = 5.0)]
     pub max_error_us: f64,
+    /// Segmentation and receive offloads on the veth links: `on` (TSO, GSO and GRO), `off`, or
+    /// as the kernel sets them (`kernel`: veth's TSO and GSO on, GRO off).
+    #[arg(long, value_enum, default_value = "kernel")]
+    pub offloads: Offloads,
+}
+
+/// The `--offloads` choices.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offloads {
+    On,
+    Off,
+    Kernel,
 }
 
 /// A child process that is killed and reaped if still running when dropped.
@@ -156,6 +168,9 @@ fn run_traffic(lab: &Bridge, duration: f64, skews: &[ClockSkew], out: &Path) -> 
 pub fn record(args: &DemoArgs, skews: &[ClockSkew], out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let prefix = format!("tsd{}", std::process::id());
     let lab = Bridge::create(&prefix, args.nodes)?;
+    if args.offloads != Offloads::Kernel {
+        lab.set_offloads(args.offloads == Offloads::On)?;
+    }
     let mut agents = Vec::new();
     let mut programs = BTreeSet::new();
     for (k, &skew) in skews.iter().enumerate() {
@@ -332,8 +347,7 @@ impl DemoArgs {
         // Ctrl-C reaches the agents and traffic generators too (same process group): they stop,
         // the run fails over, and the guards tear everything down. The demo itself must survive
         // the signal to do that.
-        ctrlc::set_handler(|| eprintln!("interrupted: stopping and cleaning up"))
-            .context("cannot install the Ctrl-C handler")?;
+        crate::util::catch_interrupts()?;
         anyhow::ensure!(self.nodes >= 2, "the demo needs at least 2 nodes");
         crate::setup::run_setup(true)?;
         build_release(&["tsync-agent", "tsync-analyze"])?;
@@ -348,11 +362,13 @@ impl DemoArgs {
         eprintln!("demo: seed {seed}, output in {}", out.display());
         let files = record(&self, &skews, &out)?;
         let (sync, checks, inversions) = analyze(&files, &skews)?;
+        let by_digest = digest_only(&files)?;
         let json = serde_json::to_string_pretty(&tsync_analyze::output::report::to_json(&sync))?;
         std::fs::write(out.join("sync.json"), json + "\n")?;
         artifacts(&files, &out)?;
         let logs = app_logs(&files, self.nodes, &out)?;
-        let report = summary(&self, seed, &out, &sync, &checks, inversions) + &logs.report();
+        let report =
+            summary(&self, seed, &out, &sync, &checks, inversions, &by_digest) + &logs.report();
         std::fs::write(out.join("report.md"), &report)?;
         println!("{report}");
         verdict(&self, &sync, &checks, inversions, &logs)
@@ -482,6 +498,23 @@ fn app_logs(files: &[PathBuf], nodes: usize, out: &Path) -> anyhow::Result<AppLo
     })
 }
 
+/// What matching by digest alone (without pairing by sequence range) makes of the traces: the
+/// figure to compare with when offloads are on.
+pub fn digest_only(files: &[PathBuf]) -> anyhow::Result<tsync_analyze::MatchStats> {
+    struct Nothing;
+    impl MessageSink for Nothing {
+        fn message(&mut self, _: &MatchedMessage<'_>) {}
+        fn wants_events(&self) -> bool {
+            false
+        }
+    }
+    let options = MatchOptions {
+        by_range: false,
+        ..MatchOptions::default()
+    };
+    Ok(InputSet::open(files)?.for_each_message(&options, &mut Nothing, &mut |_| {})?)
+}
+
 /// Plots and a pcapng export of the corrected timeline, made by the analyzer's own commands.
 fn artifacts(files: &[PathBuf], out: &Path) -> anyhow::Result<()> {
     let analyzer = release_binary("tsync-analyze");
@@ -531,6 +564,7 @@ fn summary(
     sync: &SyncResult,
     checks: &[NodeCheck],
     inversions: u64,
+    by_digest: &tsync_analyze::MatchStats,
 ) -> String {
     let pairs: Vec<String> = sync
         .pairs
@@ -548,13 +582,22 @@ fn summary(
         .collect();
     format!(
         "tsync demo: {} nodes, {} s of TCP traffic, seed {seed}\n\n{}\npairs: {}\n\
-         matched messages: {}; inversions after correction: {inversions}\n\
+         matched messages: {} ({} by sequence range); events left unmatched: {} of {} \
+         ({:.2} %); by digest alone: {} matched, {} left unmatched; offloads: {:?}; \
+         inversions after correction: {inversions}\n\
          output: {} (traces, sync.json, plots/, timeline.pcapng, app-*.jsonl, report.md)\n",
         args.nodes,
         args.duration,
         table(checks),
         pairs.join("; "),
         sync.matching.matched,
+        sync.matching.range_matched,
+        sync.matching.unmatched,
+        sync.matching.events,
+        100.0 * sync.matching.unmatched as f64 / sync.matching.events.max(1) as f64,
+        by_digest.matched,
+        by_digest.unmatched,
+        args.offloads,
         out.display()
     )
 }

@@ -1,4 +1,5 @@
-//! `cargo xtask`: developer tasks (setup, test, simulation, traffic, demo, benchmarks, fuzzing).
+//! `cargo xtask`: developer tasks (setup, test, simulation, traffic, demo, lab, benchmarks,
+//! fuzzing).
 //!
 //! One module per task, each with an `Args` type (clap) and `fn run(self) -> anyhow::Result<()>`;
 //! adding a task is one variant of [`Task`] and one line of its `match`. What tasks share is in
@@ -6,6 +7,7 @@
 mod bench;
 mod demo;
 mod fuzz;
+mod lab;
 mod setup;
 mod simulate;
 mod test;
@@ -34,6 +36,12 @@ enum Task {
     /// End-to-end demo: nodes in network namespaces with known clock skews, real TCP traffic,
     /// agents, analyzer, and every figure checked against the truth.
     Demo(demo::DemoArgs),
+    /// Multi-kernel VM lab: guests on Debian's 6.1 and 6.12 kernels under QEMU/TCG, their own
+    /// clocks (one slewed), TCP traffic, an agent each, checked against a TSC ground truth.
+    Lab(lab::Args),
+    /// What runs inside each lab guest (started by `cargo xtask lab`).
+    #[command(hide = true)]
+    LabGuest(lab::guest::GuestArgs),
     /// Benchmarks (not timed tests): both with no subcommand, and one report.
     Bench(bench::Args),
     /// Coverage-guided fuzzing (cargo-fuzz, nightly) of the trace reader, the text parser and
@@ -58,6 +66,8 @@ fn main() -> ExitCode {
         Task::Simulate(args) => args.run(),
         Task::Traffic(args) => args.run(),
         Task::Demo(args) => args.run(),
+        Task::Lab(args) => args.run(),
+        Task::LabGuest(args) => args.run(),
         Task::Bench(args) => args.run(),
         Task::Fuzz(args) => args.run(),
         Task::PeakRss(args) => args.run(),

@@ -19,12 +19,14 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const BPF_LINKER_LLVM_FEATURE: &str = "llvm-22";
 /// The cargo-fuzz release `cargo xtask setup` installs when there is none.
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
-/// Debian packages the tests and benchmarks call (`ip`, `bpftool`, `iperf3`, `tshark`, `setpriv`),
-/// the font the plots are drawn with, and LTTng with babeltrace2 for the test that applies maps
-/// to a real LTTng userspace trace (`tsync-lab/tests/lttng.rs`: a Python program logging through
-/// `lttngust`, read back with `babeltrace2`).
+/// Debian packages the tests and benchmarks call (`ip`, `bpftool`, `iperf3`, `tshark`, `setpriv`,
+/// `ethtool` for the demo's `--offloads`), the font the plots are drawn with, and LTTng with
+/// babeltrace2 for the test that applies maps to a real LTTng userspace trace
+/// (`tsync-lab/tests/lttng.rs`: a Python program logging through `lttngust`, read back with
+/// `babeltrace2`).
 const DEBIAN_PACKAGES: &[&str] = &[
     "iproute2",
+    "ethtool",
     "bpftool",
     "iperf3",
     "tshark",
@@ -181,7 +183,14 @@ fn debian_package_installed(name: &str) -> bool {
 
 /// Installs the missing Debian packages (one `apt-get update` first, only when something is missing).
 fn ensure_debian_packages() -> Result<()> {
-    let missing: Vec<&str> = DEBIAN_PACKAGES
+    ensure_packages(DEBIAN_PACKAGES)
+}
+
+/// Installs those of `packages` that are missing (one `apt-get update` first, only then); waits
+/// for another apt or dpkg to finish rather than failing on its lock. Also for tasks with
+/// packages of their own (`cargo xtask lab`).
+pub fn ensure_packages(packages: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = packages
         .iter()
         .copied()
         .filter(|p| !debian_package_installed(p))
@@ -196,11 +205,14 @@ fn ensure_debian_packages() -> Result<()> {
         );
     }
     eprintln!("setup: installing Debian packages: {}", missing.join(" "));
-    run(Command::new("apt-get")
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .args(["update", "-q"]))?;
-    run(Command::new("apt-get")
-        .env("DEBIAN_FRONTEND", "noninteractive")
+    let apt = || {
+        let mut cmd = Command::new("apt-get");
+        cmd.env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["-o", "DPkg::Lock::Timeout=300"]);
+        cmd
+    };
+    run(apt().args(["update", "-q"]))?;
+    run(apt()
         .args(["install", "-y", "-q", "--no-install-recommends"])
         .args(&missing))
 }

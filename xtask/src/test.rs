@@ -1,7 +1,7 @@
 //! `cargo xtask test`: the project's test command (README, CI): setup, fmt, clippy, the
 //! workspace's tests, the real-kernel tests (root: `tsync-lab`'s ignored tests, with the LTTng
-//! and babeltrace2 test of `apply --format ctf`), a short run of
-//! every fuzz target, then the end-to-end demo with random skews (real kernel, real traffic,
+//! and babeltrace2 test of `apply --format ctf`), a short run of every fuzz target, the
+//! multi-kernel VM lab, then the end-to-end demo with random skews (real kernel, real traffic,
 //! every figure checked against the injected truth).
 use anyhow::{Result, ensure};
 
@@ -18,6 +18,9 @@ pub struct Args {
     /// Skip the end-to-end demo (it needs root and takes about a minute plus a release build).
     #[arg(long)]
     no_demo: bool,
+    /// Skip the multi-kernel VM lab (root; about three minutes, the first time plus downloads).
+    #[arg(long)]
+    no_lab: bool,
     /// Skip the real-kernel tests (they need root: namespaces, eBPF).
     #[arg(long)]
     no_root_tests: bool,
@@ -68,6 +71,10 @@ impl Args {
                 self.fuzz_seconds
             );
             crate::fuzz::run_targets(crate::fuzz::TARGETS, self.fuzz_seconds)?;
+        }
+        if !self.no_lab {
+            eprintln!("test: cargo xtask lab (guests on Linux 6.1 and 6.12, random slew)");
+            defaults::<crate::lab::Args>()?.run()?;
         }
         if self.no_demo {
             return Ok(());

@@ -68,3 +68,29 @@ pub fn build_release(packages: &[&str]) -> Result<()> {
 pub fn release_binary(name: &str) -> PathBuf {
     target_dir().join("release").join(name)
 }
+
+/// Set by the Ctrl-C handler of [`catch_interrupts`].
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes Ctrl-C (and SIGTERM) set [`interrupted`] instead of ending xtask, so that a task can tear
+/// down what it started (namespaces, guests) and fail. Installed once per process, whichever
+/// task asks first (`cargo xtask test` runs several).
+pub fn catch_interrupts() -> Result<()> {
+    static INSTALLED: std::sync::OnceLock<std::result::Result<(), String>> =
+        std::sync::OnceLock::new();
+    INSTALLED
+        .get_or_init(|| {
+            ctrlc::set_handler(|| {
+                INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+                eprintln!("interrupted: stopping and cleaning up");
+            })
+            .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|e| anyhow::anyhow!("cannot install the Ctrl-C handler: {e}"))
+}
+
+/// Whether Ctrl-C was pressed since [`catch_interrupts`].
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+}

@@ -92,6 +92,7 @@ impl MatchArgs {
         Ok(MatchOptions {
             window_ns: (self.match_window * 1e9).round() as i64,
             exchanges: false,
+            by_range: true,
         })
     }
 }

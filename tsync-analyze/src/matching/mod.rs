@@ -7,7 +7,9 @@
 //! - more than one send or more than one receive: the key is `ambiguous` and dropped, because a
 //!   retransmission (or a duplicate) could pair a reception with a later send — a non-causal
 //!   message that would break the hull's guarantee;
-//! - only one side: `unmatched` (packet from or to an untraced node, lost event, …).
+//! - only one side: `unmatched` (packet from or to an untraced node, lost event, …) — unless it
+//!   is a TCP segment with payload that segmentation or receive offloads cut differently on the
+//!   two sides: then [`ranges`] pairs it by the sequence numbers it covers (`range_matched`).
 //!
 //! One exception to "more than one": a node whose address lives on a stacked device (a bridge, a
 //! bond, a VLAN, …) records every packet once per device it crosses, with the same digest,
@@ -28,6 +30,7 @@
 pub mod alignment;
 pub mod exchange;
 pub mod merge;
+mod ranges;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -38,6 +41,7 @@ use crate::model::{Exchange, MatchedMessage, Message, MessageSink, Origin};
 mod live;
 
 use live::{KeyEq, LiveKeys};
+use ranges::{RangeMatcher, Unpaired};
 
 /// How far apart (ns, on one node's clock) the copies of one packet on stacked devices may be.
 /// The kernel passes a packet through a bridge, a bond or a VLAN device and its lower device in
@@ -55,6 +59,9 @@ pub struct MatchOptions {
     pub window_ns: i64,
     /// Whether to form exchanges (needed by `linreg` and RTT statistics).
     pub exchanges: bool,
+    /// Whether TCP segments left unmatched are paired by the sequence ranges they cover
+    /// (segmentation and receive offloads; see `ranges`). On by default.
+    pub by_range: bool,
 }
 
 impl Default for MatchOptions {
@@ -62,6 +69,7 @@ impl Default for MatchOptions {
         MatchOptions {
             window_ns: DEFAULT_WINDOW_NS,
             exchanges: false,
+            by_range: true,
         }
     }
 }
@@ -71,8 +79,12 @@ impl Default for MatchOptions {
 pub struct MatchStats {
     /// Events read (text inputs: two per line).
     pub events: u64,
-    /// Messages produced.
+    /// Messages produced (`range_matched` included).
     pub matched: u64,
+    /// Messages paired by TCP sequence range rather than by digest: a send and a receive that
+    /// offloads cut differently (a TSO/GSO super-packet, a GRO-merged receive) covering a common
+    /// byte, each the only one to cover it.
+    pub range_matched: u64,
     /// Events left without a partner.
     pub unmatched: u64,
     /// Messages whose sender is the receiver (loopback), dropped.
@@ -101,6 +113,7 @@ impl MatchStats {
     pub fn add(&mut self, o: &MatchStats) {
         self.events += o.events;
         self.matched += o.matched;
+        self.range_matched += o.range_matched;
         self.unmatched += o.unmatched;
         self.same_trace += o.same_trace;
         self.ambiguous += o.ambiguous;
@@ -123,10 +136,12 @@ pub fn offload_warning(stats: &MatchStats) -> Option<String> {
     (n >= 10 && n * 100 >= stats.events).then(|| {
         format!(
             "{n} packets of more than {OFFLOAD_SUSPECT_LEN} bytes between traced nodes found no \
-             partner: segmentation offloads (TSO/GSO on the sender, GRO/LRO on the receiver) show \
-             the hooks merged super-packets that the other side never sees as such; for exact \
-             matching turn them off on the traced interfaces during the test (ethtool -K DEV tso \
-             off gso off gro off)"
+             partner, by digest or by sequence range: segmentation offloads (TSO/GSO on the \
+             sender, GRO/LRO on the receiver) hand the hooks super-packets that the other side \
+             never sees as such, and bytes sent or received twice (retransmissions) cannot be \
+             paired by range; turning receive offloads off on the traced interfaces may help \
+             (ethtool -K DEV gro off lro off; TCP builds GSO super-packets on the sender whatever \
+             its settings, so ethtool -K DEV tso off gso off changes nothing there)"
         )
     })
 }
@@ -270,6 +285,8 @@ impl KeyEq for Key {
 pub struct Matcher {
     live: LiveKeys<Key, Entry>,
     decider: Decider,
+    /// Pairs by sequence range what the digest could not (None: `by_range` off).
+    ranges: Option<RangeMatcher>,
 }
 
 /// What decides expired keys (apart from the live keys, so that a key can be decided where it
@@ -300,6 +317,9 @@ impl Matcher {
                 node_addresses: HashMap::new(),
                 spans: HashMap::new(),
             },
+            ranges: options
+                .by_range
+                .then(|| RangeMatcher::new(options.window_ns.max(1))),
         }
     }
 
@@ -386,6 +406,9 @@ impl Matcher {
     /// Skips rebuilding the event records of messages when the sink does not need them.
     pub fn set_events_wanted(&mut self, wanted: bool) {
         self.decider.events_wanted = wanted;
+        if let Some(r) = self.ranges.as_mut() {
+            r.events_wanted = wanted;
+        }
     }
 
     /// Counts an event found out of order in its file.
@@ -400,46 +423,109 @@ impl Matcher {
             if front.value.first_seen.saturating_add(self.decider.window) >= now {
                 break;
             }
-            self.decider.decide(&front.value, &front.key, sink);
+            self.decider
+                .decide(&front.value, &front.key, self.ranges.as_mut(), sink);
             self.live.drop_front();
+        }
+        if let Some(r) = self.ranges.as_mut()
+            && r.holds_any()
+        {
+            let d = &mut self.decider;
+            let suspect = |e: &PacketEvent, t: i64| d_suspect(&d.node_addresses, &d.spans, e, t);
+            r.expire(now, false, &mut d.stats, &suspect, sink);
         }
     }
 
     /// Decides every remaining key and returns the counts.
     pub fn finish<S: MessageSink + ?Sized>(mut self, sink: &mut S) -> MatchStats {
         while let Some(front) = self.live.front() {
-            self.decider.decide(&front.value, &front.key, sink);
+            self.decider
+                .decide(&front.value, &front.key, self.ranges.as_mut(), sink);
             self.live.drop_front();
+        }
+        if let Some(r) = self.ranges.as_mut() {
+            let d = &mut self.decider;
+            let suspect = |e: &PacketEvent, t: i64| d_suspect(&d.node_addresses, &d.spans, e, t);
+            r.expire(i64::MAX, true, &mut d.stats, &suspect, sink);
         }
         self.decider.stats
     }
 }
 
+/// An oversized packet between two traced nodes, seen at `t` while both were recording (see
+/// [`MatchStats::oversize_unmatched`]): a packet sent after the receiver's trace ended (a file
+/// cut short, recordings that stop at different times) is no sign of offloads.
+fn d_suspect(
+    node_addresses: &HashMap<[u8; 16], u32>,
+    spans: &HashMap<u32, (i64, i64)>,
+    e: &PacketEvent,
+    t: i64,
+) -> bool {
+    let recording = |addr: &[u8; 16]| {
+        node_addresses.get(addr).is_some_and(|trace| {
+            spans
+                .get(trace)
+                .is_none_or(|&(first, last)| first <= t && t <= last)
+        })
+    };
+    e.tot_len > OFFLOAD_SUSPECT_LEN && recording(&e.saddr) && recording(&e.daddr)
+}
+
 impl Decider {
-    /// An oversized packet between two traced nodes, seen at `t` while both were recording (see
-    /// [`MatchStats::oversize_unmatched`]): a packet sent after the receiver's trace ended (a file
-    /// cut short, recordings that stop at different times) is no sign of offloads. Only unmatched
-    /// keys get here, so rebuilding the record (which knows the key's layout) is cheap enough.
+    /// See [`d_suspect`]. Only unmatched keys get here, so rebuilding the record (which knows
+    /// the key's layout) is cheap enough.
     fn offload_suspect(&self, key: &Key, t: i64) -> bool {
         let e = key.event(&Seen::default(), direction::SEND);
-        let recording = |addr: &[u8; 16]| {
-            self.node_addresses.get(addr).is_some_and(|trace| {
-                self.spans
-                    .get(trace)
-                    .is_none_or(|&(first, last)| first <= t && t <= last)
-            })
+        d_suspect(&self.node_addresses, &self.spans, &e, t)
+    }
+
+    /// Hands the sides of an undecided key to the range matcher, if it takes them; false when
+    /// it does not (then they are unmatched here).
+    fn to_ranges(&self, e: &Entry, key: &Key, ranges: Option<&mut RangeMatcher>) -> bool {
+        let Some(ranges) = ranges else {
+            return false;
         };
-        e.tot_len > OFFLOAD_SUSPECT_LEN && recording(&e.saddr) && recording(&e.daddr)
+        let probe = key.event(&Seen::default(), direction::SEND);
+        if !RangeMatcher::takes(&probe) {
+            return false;
+        }
+        for (seen, count, dir) in [
+            (&e.send, e.sends, direction::SEND),
+            (&e.recv, e.recvs, direction::RECV),
+        ] {
+            if count > 0 {
+                ranges.add(Unpaired {
+                    event: key.event(seen, dir),
+                    trace: seen.trace,
+                    time: seen.time,
+                    index: seen.index,
+                    first_seen: e.first_seen,
+                    count,
+                });
+            }
+        }
+        true
     }
 
     #[inline]
-    fn decide<S: MessageSink + ?Sized>(&mut self, e: &Entry, key: &Key, sink: &mut S) {
+    fn decide<S: MessageSink + ?Sized>(
+        &mut self,
+        e: &Entry,
+        key: &Key,
+        ranges: Option<&mut RangeMatcher>,
+        sink: &mut S,
+    ) {
         if e.sends > 1 || e.recvs > 1 {
             self.stats.ambiguous += 1;
-            self.stats.unmatched += u64::from(e.sends) + u64::from(e.recvs);
+            if !self.to_ranges(e, key, ranges) {
+                self.stats.unmatched += u64::from(e.sends) + u64::from(e.recvs);
+            }
             return;
         }
         if e.sends == 0 || e.recvs == 0 {
+            if self.to_ranges(e, key, ranges) {
+                return;
+            }
             self.stats.unmatched += 1;
             if self.offload_suspect(key, e.first_seen) {
                 self.stats.oversize_unmatched += 1;

@@ -235,9 +235,11 @@ fn reference(inputs: &[Input], window: i64) -> Outcome {
 }
 
 fn optimized(inputs: &[Input], window: i64) -> Outcome {
+    // The reference knows the exact rules only: no pairing by sequence range.
     let mut m = Matcher::new(&MatchOptions {
         window_ns: window,
         exchanges: false,
+        by_range: false,
     });
     let mut sink = Recorder::default();
     let mut counts = [0u64; 4];
@@ -334,4 +336,178 @@ fn optimized_matcher_equals_the_reference_with_many_live_keys() {
             );
         }
     }
+}
+
+/// A TCP/IPv4 segment of the flow 10.0.0.1:4000 → 10.0.0.2:5000 (or back), `len` payload bytes
+/// from `seq`, seen at `ts` on `trace`.
+fn segment(trace: u32, send: bool, forward: bool, seq: u32, len: u16, ts: u64) -> Input {
+    let (a, b) = ([10, 0, 0, 1], [10, 0, 0, 2]);
+    let mut e = PacketEvent {
+        ts_ns: ts,
+        direction: if send {
+            direction::SEND
+        } else {
+            direction::RECV
+        },
+        kind: tsync_common::kind::TCP4,
+        network_protocol: tsync_common::ETH_P_IP,
+        transport_protocol: tsync_common::IPPROTO_TCP,
+        tot_len: 40 + len,
+        ihl: 5,
+        doff: 5,
+        seq,
+        ack_seq: 77,
+        tcp_flags: tcp_flag::ACK,
+        source: 4000,
+        dest: 5000,
+        ..PacketEvent::default()
+    };
+    let (s, d) = if forward { (a, b) } else { (b, a) };
+    e.saddr[..4].copy_from_slice(&s);
+    e.daddr[..4].copy_from_slice(&d);
+    if !forward {
+        (e.source, e.dest) = (5000, 4000);
+    }
+    (trace, e, ts as i64)
+}
+
+fn by_range(inputs: &[Input], on: bool) -> Outcome {
+    let mut m = Matcher::new(&MatchOptions {
+        window_ns: 1_000_000,
+        exchanges: false,
+        by_range: on,
+    });
+    let mut sink = Recorder::default();
+    let mut counts = [0u64; 4];
+    for &(trace, e, aligned) in inputs {
+        let index = counts[trace as usize];
+        counts[trace as usize] += 1;
+        m.event(trace, &e, e.ts_ns as i64, aligned, index, &mut sink);
+    }
+    let stats = m.finish(&mut sink);
+    (sink.seen, stats)
+}
+
+fn times(o: &Outcome) -> Vec<(i64, i64)> {
+    let mut t: Vec<_> = o.0.iter().map(|m| (m.0.send_ns, m.0.recv_ns)).collect();
+    t.sort();
+    t
+}
+
+#[test]
+fn a_tso_super_packet_pairs_with_each_segment_received() {
+    // One 2896-byte send (TSO/GSO), received as two 1448-byte segments, and an exact pair.
+    let inputs = [
+        segment(0, true, true, 1000, 2896, 100),
+        segment(0, true, true, 3896, 100, 110),
+        segment(1, false, true, 1000, 1448, 150),
+        segment(1, false, true, 2448, 1448, 160),
+        segment(1, false, true, 3896, 100, 170),
+    ];
+    let on = by_range(&inputs, true);
+    assert_eq!(times(&on), [(100, 150), (100, 160), (110, 170)]);
+    assert_eq!(
+        (on.1.matched, on.1.range_matched, on.1.unmatched),
+        (3, 2, 0)
+    );
+    // The events rebuilt are the ones recorded.
+    let (m, o, s, r) = on.0.iter().find(|m| m.0.recv_ns == 160).unwrap();
+    assert_eq!((m.send_trace, m.recv_trace), (0, 1));
+    assert_eq!(
+        *o,
+        Origin::Events {
+            send_index: 0,
+            recv_index: 1
+        }
+    );
+    assert_eq!(
+        (s.seq, s.tot_len, r.seq, r.tot_len),
+        (1000, 2936, 2448, 1488)
+    );
+    let off = by_range(&inputs, false);
+    assert_eq!(times(&off), [(110, 170)]);
+    assert_eq!(
+        (off.1.matched, off.1.range_matched, off.1.unmatched),
+        (1, 0, 3)
+    );
+}
+
+#[test]
+fn a_gro_merged_receive_pairs_with_each_segment_sent() {
+    let inputs = [
+        segment(2, true, false, 50, 1448, 100),
+        segment(2, true, false, 1498, 1448, 101),
+        segment(0, false, false, 50, 2896, 200),
+    ];
+    let o = by_range(&inputs, true);
+    assert_eq!(times(&o), [(100, 200), (101, 200)]);
+    assert_eq!((o.1.matched, o.1.range_matched, o.1.unmatched), (2, 2, 0));
+    assert!(
+        o.0.iter()
+            .all(|m| m.0.send_trace == 2 && m.0.recv_trace == 0)
+    );
+}
+
+#[test]
+fn bytes_sent_or_received_twice_are_never_paired() {
+    // A super-packet and a later retransmission of its second half (cut otherwise), received
+    // merged: the reception may come from either send, so nothing is paired.
+    let mut merged = segment(1, false, true, 0, 2896, 250);
+    // GRO keeps the last segment's acknowledgment: not the super-packet's digest.
+    merged.1.ack_seq += 1;
+    let resent = [
+        segment(0, true, true, 0, 2896, 100),
+        segment(0, true, true, 1448, 1448, 300),
+        merged,
+    ];
+    let o = by_range(&resent, true);
+    assert!(o.0.is_empty());
+    assert_eq!((o.1.matched, o.1.unmatched), (0, 3));
+    // The same send received twice (a duplicate, cut two ways).
+    let duplicated = [
+        segment(0, true, true, 0, 2896, 100),
+        segment(1, false, true, 0, 1448, 150),
+        segment(1, false, true, 0, 2000, 190),
+    ];
+    let o = by_range(&duplicated, true);
+    assert!(o.0.is_empty());
+    // An exact duplicate on one side (an ambiguous key) covers its bytes twice: the super-packet
+    // that overlaps them is not paired with it, nor with anything else there.
+    let ambiguous = [
+        segment(0, true, true, 0, 1448, 100),
+        segment(0, true, true, 0, 1448, 120),
+        segment(1, false, true, 0, 2896, 200),
+        segment(0, true, true, 1448, 1448, 101),
+    ];
+    let o = by_range(&ambiguous, true);
+    assert_eq!(times(&o), [(101, 200)]);
+    assert_eq!((o.1.ambiguous, o.1.unmatched), (1, 2));
+}
+
+#[test]
+fn range_pairs_need_two_traces_one_window_and_the_same_flow() {
+    let inputs = [
+        // Loopback: both sides on trace 0.
+        segment(0, true, true, 0, 2896, 100),
+        segment(0, false, true, 0, 1448, 150),
+        // The reverse flow's bytes are other bytes.
+        segment(1, false, false, 0, 1448, 160),
+        // Too late: more than a window after the send.
+        segment(1, false, true, 1448, 1448, 5_000_000),
+    ];
+    let o = by_range(&inputs, true);
+    assert!(o.0.is_empty());
+    assert_eq!(o.1.unmatched, 4);
+}
+
+#[test]
+fn ranges_follow_the_sequence_number_around_its_wrap() {
+    let start = u32::MAX - 99;
+    let inputs = [
+        segment(0, true, true, start, 1448, 100),
+        segment(0, true, true, start.wrapping_add(1448), 1448, 101),
+        segment(1, false, true, start, 2896, 200),
+    ];
+    let o = by_range(&inputs, true);
+    assert_eq!(times(&o), [(100, 200), (101, 200)]);
 }

@@ -1,0 +1,375 @@
+//! What runs inside each guest (`cargo xtask lab-guest`, started by virtme-ng's `--exec` from the
+//! host's file system): bring the NIC up, measure the TSC offset on the shared page, sample the
+//! guest's clocks against its TSC, record with `tsync-agent` while the traffic generator talks
+//! to the other guests, slew the clock with `adjtimex` partway if asked, and write what happened
+//! into the output folder (the only place the guest may write to).
+//!
+//! The guest never decides whether the lab passed: it reports, the host checks.
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+
+use super::tscpage::{GlobalWord, OffsetBracket, PAGE_BYTES, SlotWord, TscPage, tsc};
+use crate::traffic::TrafficArgs;
+
+/// Options of the guest program (the host passes them all).
+#[derive(clap::Args, Debug, Clone)]
+pub struct GuestArgs {
+    /// This guest's index (0-based).
+    #[arg(long)]
+    pub index: usize,
+    /// Number of guests.
+    #[arg(long)]
+    pub guests: usize,
+    /// Seconds of traffic.
+    #[arg(long)]
+    pub duration: f64,
+    /// Frequency change to apply with adjtimex, ppm (0: none).
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    pub slew_ppm: f64,
+    /// When to apply it, seconds after the traffic started.
+    #[arg(long, default_value_t = 0.0)]
+    pub slew_after: f64,
+    /// Folder shared with the host (read-write).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The agent binary (on the host's file system).
+    #[arg(long)]
+    pub agent: PathBuf,
+    /// Turn the NIC's TSO, GSO and GRO on or off (default: as the kernel set them).
+    #[arg(long)]
+    pub offloads: Option<String>,
+}
+
+/// The guests' subnet on the multicast hub.
+pub fn address(k: usize) -> String {
+    format!("10.77.0.{}", k + 1)
+}
+
+/// A tight reading of CLOCK_MONOTONIC and CLOCK_MONOTONIC_RAW against the TSC: MONOTONIC was
+/// read between TSC readings `t1` and `t2`, RAW between `t2` and `t3`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct ClockPair {
+    pub t1: u64,
+    pub mono: u64,
+    pub t2: u64,
+    pub raw: u64,
+    pub t3: u64,
+}
+
+/// What a guest reports to the host (`guest-K.json`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct GuestReport {
+    pub index: usize,
+    pub kernel: String,
+    pub clocksource: String,
+    /// TSC offset from the host's, before the traffic and after it.
+    pub offset_start: OffsetBracket,
+    pub offset_end: OffsetBracket,
+    /// TSC ticks per second of CLOCK_MONOTONIC_RAW (from the first and last pair).
+    pub tsc_hz: f64,
+    /// Every 10 ms, from before the agent started until after it stopped.
+    pub pairs: Vec<ClockPair>,
+    /// The adjtimex frequency (ppm) before and after the slew, and when (CLOCK_MONOTONIC ns).
+    pub slew: Option<AppliedSlew>,
+    /// The agent's summary: (events written, events lost); exit status.
+    pub agent_events: u64,
+    pub agent_lost: u64,
+    pub agent_status: String,
+    /// BPF programs still loaded after the agent exited.
+    pub programs_left: usize,
+    /// Request/response exchanges the traffic generator completed.
+    pub exchanges: u64,
+    /// The NIC's offload features as the kernel reports them.
+    pub offloads: Vec<String>,
+}
+
+/// An `adjtimex` frequency change, as applied.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct AppliedSlew {
+    pub freq_before_ppm: f64,
+    pub freq_after_ppm: f64,
+    pub at_mono_ns: u64,
+}
+
+impl GuestArgs {
+    pub fn run(self) -> anyhow::Result<()> {
+        let result = self.run_inner();
+        if let Err(e) = &result {
+            // The host reads this when the report is missing.
+            let _ = fs::write(
+                self.out.join(format!("guest-{}.error", self.index)),
+                format!("{e:#}\n"),
+            );
+        }
+        result
+    }
+
+    fn run_inner(&self) -> anyhow::Result<()> {
+        let k = self.index;
+        let nic = bring_up_nic(k)?;
+        if let Some(state) = &self.offloads {
+            crate::util::run(
+                Command::new("ethtool")
+                    .args(["-K", &nic, "tso", state, "gso", state, "gro", state]),
+            )?;
+        }
+        let page = Arc::new(map_ivshmem()?);
+        page.slot(k, SlotWord::Booted).store(1, Ordering::Release);
+        wait_global(&page, GlobalWord::AllBooted, Duration::from_secs(300))?;
+        let patience = Duration::from_secs(30);
+        let offset_start = page.measure_offset(k, 300, patience)?;
+        let sampler = Sampler::start();
+        let trace = self.out.join(format!("guest-{k}.tsync"));
+        let log = self.out.join(format!("agent-{k}.log"));
+        let mut cmd = tsync_lab::record_command(&self.agent, None, &trace);
+        cmd.args(["--force", "--node", &format!("guest-{k}")]);
+        let agent = tsync_lab::Agent::start_logged(cmd, &log)
+            .with_context(|| format!("the agent did not start; see {}", log.display()))?;
+        let programs = agent.program_ids()?;
+        page.slot(k, SlotWord::Ready).store(1, Ordering::Release);
+        wait_global(&page, GlobalWord::Go, Duration::from_secs(300))?;
+        let (slew, exchanges) = self.traffic_and_slew()?;
+        page.slot(k, SlotWord::Done).store(1, Ordering::Release);
+        wait_global(&page, GlobalWord::Stop, Duration::from_secs(300))?;
+        agent.signal(libc::SIGINT);
+        let stopped = agent.wait()?;
+        let (agent_events, agent_lost) = stopped.summary().unwrap_or((0, u64::MAX));
+        let programs_left = tsync_lab::wait_unloaded(&programs)?.len();
+        let pairs = sampler.stop();
+        page.slot(k, SlotWord::Finished).store(1, Ordering::Release);
+        wait_global(&page, GlobalWord::AllFinished, Duration::from_secs(120))?;
+        let offset_end = page.measure_offset(k, 300, patience)?;
+        let (first, last) = (
+            pairs.first().context("no clock pair")?,
+            pairs.last().unwrap(),
+        );
+        let report = GuestReport {
+            index: k,
+            kernel: read_trimmed("/proc/sys/kernel/osrelease"),
+            clocksource: read_trimmed(
+                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+            ),
+            offset_start,
+            offset_end,
+            tsc_hz: (last.t2 - first.t2) as f64 / (last.raw - first.raw) as f64 * 1e9,
+            pairs,
+            slew,
+            agent_events,
+            agent_lost,
+            agent_status: stopped.status.to_string(),
+            programs_left,
+            exchanges,
+            offloads: offloads(&nic),
+        };
+        let path = self.out.join(format!("guest-{k}.json"));
+        fs::write(&path, serde_json::to_vec(&report)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(())
+    }
+
+    /// Runs the traffic generator towards every other guest; meanwhile, if asked, changes the
+    /// clock's frequency `slew_after` seconds in.
+    fn traffic_and_slew(&self) -> anyhow::Result<(Option<AppliedSlew>, u64)> {
+        let k = self.index;
+        let args = TrafficArgs {
+            listen: format!("{}:7000", address(k)).parse()?,
+            peers: (0..self.guests)
+                .filter(|&p| p != k)
+                .map(|p| format!("{}:7000", address(p)).parse())
+                .collect::<Result<_, _>>()?,
+            duration: self.duration,
+            // Light enough for a TCG guest's one vCPU: at 100 exchanges/s and 500 kB/s per
+            // peer the guests' clock samplers were starved for 130–180 ms at times (network
+            // processing under emulation), too long a gap to undo slewing across.
+            rate: 50.0,
+            bulk_rate: 150_000,
+            linger: 1.0,
+            app_log: None,
+            node_index: k as u32,
+            clock_skew: None,
+        };
+        let traffic = std::thread::spawn(move || crate::traffic::run(&args));
+        let slew = if self.slew_ppm != 0.0 {
+            std::thread::sleep(Duration::from_secs_f64(self.slew_after));
+            Some(slew(self.slew_ppm)?)
+        } else {
+            None
+        };
+        let exchanges = traffic
+            .join()
+            .map_err(|_| anyhow::anyhow!("the traffic generator panicked"))??;
+        Ok((slew, exchanges))
+    }
+}
+
+/// Loads virtio-net (virtme-ng's initramfs does not), names the guest's address on the first
+/// NIC and brings it up; returns the NIC's name.
+fn bring_up_nic(k: usize) -> anyhow::Result<String> {
+    let _ = Command::new("modprobe").arg("virtio_net").status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let nic = loop {
+        let found = fs::read_dir("/sys/class/net")?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| n != "lo");
+        match found {
+            Some(n) => break n,
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            None => bail!("no network interface appeared (virtio_net not loaded?)"),
+        }
+    };
+    tsync_lab::ip(&["addr", "add", &format!("{}/24", address(k)), "dev", &nic])?;
+    tsync_lab::ip(&["link", "set", &nic, "up"])?;
+    Ok(nic)
+}
+
+/// Maps BAR 2 of the ivshmem device (vendor 0x1af4, device 0x1110): the host's page.
+fn map_ivshmem() -> anyhow::Result<TscPage> {
+    for entry in fs::read_dir("/sys/bus/pci/devices")? {
+        let dir = entry?.path();
+        let id = |f: &str| read_trimmed(dir.join(f));
+        if id("vendor") != "0x1af4" || id("device") != "0x1110" {
+            continue;
+        }
+        // Without a driver the device's memory decoding may be off until enabled.
+        fs::write(dir.join("enable"), "1")
+            .with_context(|| format!("cannot enable {}", dir.display()))?;
+        let bar = dir.join("resource2");
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&bar)
+            .with_context(|| format!("cannot open {}", bar.display()))?;
+        return TscPage::map(&file, PAGE_BYTES);
+    }
+    bail!("no ivshmem device (1af4:1110) in this guest")
+}
+
+/// Waits until the host sets a shared word (a barrier among the guests).
+fn wait_global(page: &TscPage, w: GlobalWord, patience: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + patience;
+    while page.global(w).load(Ordering::Acquire) == 0 {
+        if Instant::now() > deadline {
+            bail!("the other guests did not reach the barrier within {patience:?}");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(())
+}
+
+/// Applies `adjtimex(ADJ_FREQUENCY)`: CLOCK_MONOTONIC then runs `ppm` faster than
+/// CLOCK_MONOTONIC_RAW (on top of the frequency before, which is read first).
+fn slew(ppm: f64) -> anyhow::Result<AppliedSlew> {
+    // SAFETY: timex is plain data; modes 0 reads only.
+    let mut tx: libc::timex = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid timex.
+    if unsafe { libc::adjtimex(&mut tx) } < 0 {
+        bail!("adjtimex: {}", std::io::Error::last_os_error());
+    }
+    let before = tx.freq as f64 / 65536.0;
+    // SAFETY: as above.
+    let mut set: libc::timex = unsafe { std::mem::zeroed() };
+    set.modes = libc::ADJ_FREQUENCY;
+    set.freq = ((before + ppm) * 65536.0).round() as libc::c_long;
+    let at_mono_ns = clock(libc::CLOCK_MONOTONIC);
+    // SAFETY: a valid timex.
+    if unsafe { libc::adjtimex(&mut set) } < 0 {
+        bail!(
+            "adjtimex(ADJ_FREQUENCY): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(AppliedSlew {
+        freq_before_ppm: before,
+        freq_after_ppm: set.freq as f64 / 65536.0,
+        at_mono_ns,
+    })
+}
+
+fn clock(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The tightest of three readings of both clocks between TSC reads.
+fn clock_pair() -> ClockPair {
+    let mut best: Option<ClockPair> = None;
+    for _ in 0..3 {
+        let t1 = tsc();
+        let mono = clock(libc::CLOCK_MONOTONIC);
+        let t2 = tsc();
+        let raw = clock(libc::CLOCK_MONOTONIC_RAW);
+        let t3 = tsc();
+        let p = ClockPair {
+            t1,
+            mono,
+            t2,
+            raw,
+            t3,
+        };
+        if best.is_none_or(|b| p.t3 - p.t1 < b.t3 - b.t1) {
+            best = Some(p);
+        }
+    }
+    best.expect("three tries")
+}
+
+/// A thread reading [`clock_pair`] every 10 ms.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<ClockPair>>,
+}
+
+impl Sampler {
+    fn start() -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut pairs = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                pairs.push(clock_pair());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            pairs.push(clock_pair());
+            pairs
+        });
+        Sampler { stop, thread }
+    }
+
+    fn stop(self) -> Vec<ClockPair> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("sampler panicked")
+    }
+}
+
+/// The NIC's segmentation and receive offloads that are on (`/sys/class/net/NIC/features` does
+/// not exist; ethtool may be missing: read them through `ethtool -k` when it is there).
+fn offloads(nic: &str) -> Vec<String> {
+    let Ok(out) = Command::new("ethtool").args(["-k", nic]).output() else {
+        return vec!["(ethtool not installed)".into()];
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("offload") || l.contains("segmentation"))
+        .filter(|l| l.trim_end().ends_with(": on") || l.contains(": on "))
+        .map(|l| l.split(':').next().unwrap_or("").trim().to_owned())
+        .collect()
+}
+
+fn read_trimmed(path: impl AsRef<Path>) -> String {
+    fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
