@@ -71,9 +71,10 @@ use crate::model::PiecewiseMap;
 /// could hide 25 µs between two samples 100 ms apart). The agent samples every 20 ms; a loaded
 /// virtual machine can stall it for a few hundred.
 pub const DENSE_GAP_NS: u64 = 100_000_000;
-/// Samples further apart than this are refused: the worst-case bound would be milliseconds, and
-/// such a gap means the recording was interrupted.
-pub const MAX_GAP_NS: u64 = 10_000_000_000;
+/// Samples further apart than this are refused: the worst-case bound would exceed ~60 µs, and
+/// such a gap means the samples were never dense (a version 1 agent sampled every 0.5 s, the
+/// synthetic generator every second) or the recording was interrupted.
+pub const MAX_GAP_NS: u64 = 500_000_000;
 /// The largest rate difference assumed where nothing is known (outside the span, two samples
 /// only): the kernel's limit on NTP's frequency correction and on `adjtime` slewing.
 pub const WORST_RATE_PPM: f64 = 500.0;

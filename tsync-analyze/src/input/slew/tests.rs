@@ -338,18 +338,18 @@ fn what_cannot_be_undone_says_why() {
     );
     let e = SlewCorrection::from_samples(&s[..1], true).unwrap_err();
     assert!(e.to_string().contains("1 clock sample(s)"), "{e}");
-    // A 0.5 s gap (a stalled sampler) after sample 9: undone, with the worst-case bound there
-    // (a 500 ppm rate change could hide up to ~125 µs in 0.5 s) and the usual one elsewhere.
-    let sparse: Vec<ClockSample> = s[..10].iter().chain(&s[35..]).copied().collect();
+    // A 0.32 s gap (a stalled sampler) after sample 9: undone, with the worst-case bound there
+    // (a 500 ppm rate change could hide up to ~80 µs in 0.32 s) and the usual one elsewhere.
+    let sparse: Vec<ClockSample> = s[..10].iter().chain(&s[25..]).copied().collect();
     let c = SlewCorrection::from_samples(&sparse, true).unwrap();
     let gap_mid = (sparse[9].monotonic_ns + sparse[10].monotonic_ns) as f64 / 2.0;
-    assert!(c.bound_at(gap_mid) > 50e3, "{}", c.bound_at(gap_mid));
+    assert!(c.bound_at(gap_mid) > 30e3, "{}", c.bound_at(gap_mid));
     assert!(c.bound_at(sparse[20].monotonic_ns as f64) < 1e3);
     for t in [gap_mid, sparse[9].monotonic_ns as f64 + 1e8] {
         let truth_raw = truth.raw(t);
         assert!((c.to_raw.apply(t) - truth_raw).abs() <= c.bound_at(t));
     }
-    // A 20 s gap (an interrupted recording): refused.
+    // A 20 s gap (an interrupted recording, or samples never dense): refused.
     let mut far = s[..10].to_vec();
     far.extend(s[10..].iter().map(|x| ClockSample {
         monotonic_ns: x.monotonic_ns + 20_000_000_000,
@@ -364,7 +364,7 @@ fn what_cannot_be_undone_says_why() {
     );
     let text = e.to_string();
     assert!(
-        text.contains("samples 9 and 10") && text.contains("ms apart") && text.contains("10000 ms"),
+        text.contains("samples 9 and 10") && text.contains("ms apart") && text.contains("500 ms"),
         "{text}"
     );
     let mut backwards = s.clone();
