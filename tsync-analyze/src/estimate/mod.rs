@@ -403,7 +403,7 @@ impl PairAccumulator {
     /// An empty accumulator that converts message times with `timebases` first.
     pub fn with_timebases(timebases: Timebases) -> Self {
         PairAccumulator {
-            converting: timebases.any(),
+            converting: !timebases.all_recorded(),
             timebases,
             ..Self::default()
         }

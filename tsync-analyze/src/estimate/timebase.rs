@@ -102,12 +102,6 @@ impl Timebases {
         self.raw.get(trace as usize).and_then(Option::as_ref)
     }
 
-    /// True when some trace is converted (text inputs never are: their hot path skips all this).
-    #[inline]
-    pub fn any(&self) -> bool {
-        !self.hints.is_empty() && self.raw.iter().any(Option::is_some)
-    }
-
     /// Converts a recorded time of `trace` (rounded to whole ns, as the hulls need integers).
     #[inline]
     pub fn convert(&mut self, trace: u32, t_ns: i64) -> i64 {

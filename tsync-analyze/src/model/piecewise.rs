@@ -175,11 +175,6 @@ impl PiecewiseMap {
         p[*hint].line.apply(t_ns)
     }
 
-    /// The rate of the map at `t`.
-    pub fn drift_at(&self, t_ns: f64) -> f64 {
-        self.piece_at(t_ns).line.drift
-    }
-
     /// The inverse map (requires a strictly increasing map).
     pub fn inverse(&self) -> PiecewiseMap {
         let pieces = self
