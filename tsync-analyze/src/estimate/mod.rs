@@ -37,8 +37,8 @@ use crate::input::error::InputError;
 use crate::matching::{MatchOptions, MatchStats};
 use crate::model::Message;
 
-/// Which estimator to use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
+/// Which estimator to use (`--algorithm`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Algorithm {
     /// Convex hull (Duda/Haddad/Poirier), with guaranteed accuracy.
@@ -87,20 +87,47 @@ pub enum SyncError {
     UnknownReference(String),
 }
 
-/// The trace `options.reference` names (by name or index), if it names one.
-pub(crate) fn reference_trace(
-    inputs: &InputSet,
-    options: &SyncOptions,
-) -> Result<Option<u32>, SyncError> {
-    options
-        .reference
-        .as_ref()
-        .map(|r| {
-            inputs
-                .find_trace(r)
-                .ok_or_else(|| SyncError::UnknownReference(r.clone()))
-        })
-        .transpose()
+/// What a pass over a set of inputs starts from and ends with, besides its accumulator: the
+/// one place where `options.reference` and `options.timebase` are resolved against the inputs,
+/// for [`run`] and for the timeline (which gathers more during the same pass).
+pub(crate) struct Pass {
+    reference: Option<u32>,
+    /// What resolving the timebase had to say (traces left on their recorded clock, and why).
+    notes: Vec<String>,
+}
+
+impl Pass {
+    /// Resolves the reference and the timebase: the pass then feeds the returned accumulator.
+    pub(crate) fn start(
+        inputs: &InputSet,
+        options: &SyncOptions,
+    ) -> Result<(Pass, PairAccumulator), SyncError> {
+        let reference = options
+            .reference
+            .as_ref()
+            .map(|r| {
+                inputs
+                    .find_trace(r)
+                    .ok_or_else(|| SyncError::UnknownReference(r.clone()))
+            })
+            .transpose()?;
+        let (timebases, notes) = timebase::resolve(inputs, options.timebase)?;
+        let acc = PairAccumulator::with_timebases(timebases);
+        Ok((Pass { reference, notes }, acc))
+    }
+
+    /// The result of the pass from what `acc` accumulated and what matching counted.
+    pub(crate) fn finish(
+        mut self,
+        acc: PairAccumulator,
+        inputs: &InputSet,
+        mut stats: MatchStats,
+        options: &SyncOptions,
+    ) -> SyncResult {
+        stats.warnings.append(&mut self.notes);
+        let names: Vec<String> = inputs.traces.iter().map(|t| t.name.clone()).collect();
+        finish(acc, &names, stats, options, self.reference)
+    }
 }
 
 /// Runs `sync` on a set of inputs. `progress(bytes)` reports input consumption.
@@ -109,15 +136,11 @@ pub fn run(
     options: &SyncOptions,
     progress: &mut dyn FnMut(u64),
 ) -> Result<SyncResult, SyncError> {
-    let reference = reference_trace(inputs, options)?;
+    let (pass, mut acc) = Pass::start(inputs, options)?;
     let mut matching = options.matching.clone();
     matching.exchanges |= options.algorithm == Algorithm::Linreg;
-    let (timebases, mut notes) = timebase::resolve(inputs, options.timebase)?;
-    let mut acc = PairAccumulator::with_timebases(timebases);
-    let mut stats = inputs.for_each_message_in(&matching, &mut acc, progress)?;
-    stats.warnings.append(&mut notes);
-    let names: Vec<String> = inputs.traces.iter().map(|t| t.name.clone()).collect();
-    Ok(finish(acc, &names, stats, options, reference))
+    let stats = inputs.for_each_message_in(&matching, &mut acc, progress)?;
+    Ok(pass.finish(acc, inputs, stats, options))
 }
 
 /// Runs `sync` on messages given in memory (tests, simulations, other tools).
