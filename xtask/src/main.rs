@@ -6,6 +6,7 @@
 //! [`util`]; the namespace lab, agents and BPF program checks are the `tsync-lab` crate.
 mod bench;
 mod demo;
+mod ebpf;
 mod fuzz;
 mod lab;
 mod setup;
@@ -26,6 +27,9 @@ pub use util::{defaults, workspace_root};
 enum Task {
     /// Install what building and testing need (rust-src, bpf-linker, Debian tools); idempotent.
     Setup(setup::Args),
+    /// Build the eBPF programs once into target/ebpf/ and print the object's path (set it as
+    /// TSYNC_EBPF_OBJECT and the agent's build script embeds it instead of building its own).
+    BuildEbpf(ebpf::Args),
     /// Run setup, then fmt check, clippy, the whole workspace's tests, the real-kernel tests
     /// (root), fuzzing and the demo.
     Test(test::Args),
@@ -62,6 +66,7 @@ struct Cli {
 fn main() -> ExitCode {
     let result = match Cli::parse().task {
         Task::Setup(args) => args.run(),
+        Task::BuildEbpf(args) => args.run(),
         Task::Test(args) => args.run(),
         Task::Simulate(args) => args.run(),
         Task::Traffic(args) => args.run(),

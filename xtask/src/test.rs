@@ -37,6 +37,8 @@ impl Args {
         if !self.no_setup {
             run_setup(true)?;
         }
+        eprintln!("test: cargo xtask build-ebpf (once, for every build below)");
+        crate::util::use_ebpf_object(crate::ebpf::build()?);
         eprintln!("test: cargo fmt --all --check");
         run(cargo().args(["fmt", "--all", "--check"]))?;
         eprintln!("test: cargo clippy --workspace --all-targets -- -D warnings");

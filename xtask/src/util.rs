@@ -44,7 +44,19 @@ pub fn output(cmd: &mut Command) -> Option<String> {
 pub fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.current_dir(workspace_root());
+    if let Some(object) = EBPF_OBJECT.get() {
+        cmd.env(crate::ebpf::OBJECT_ENV, object);
+    }
     cmd
+}
+
+/// The eBPF object [`use_ebpf_object`] named: every [`cargo`] run embeds it (and so do the cargo
+/// runs of what those start, which inherit the variable: the lab's agent build).
+static EBPF_OBJECT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Makes every later [`cargo`] run embed `object` instead of building the programs again.
+pub fn use_ebpf_object(object: PathBuf) {
+    let _ = EBPF_OBJECT.set(object);
 }
 
 /// The workspace's target folder (`$CARGO_TARGET_DIR` or `target/`).

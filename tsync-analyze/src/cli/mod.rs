@@ -97,29 +97,6 @@ impl MatchArgs {
     }
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum AlgorithmArg {
-    Chull,
-    Linreg,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum ReductionArg {
-    /// Weighted least squares over every usable pair of a group: loops of pairs average out
-    /// each pair's error.
-    Joint,
-    /// Pair maps composed along one shortest accuracy-weighted path from the reference.
-    Path,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum TimebaseArg {
-    /// Each node's CLOCK_MONOTONIC_RAW, from the trace's clock samples: NTP's slewing undone.
-    Raw,
-    /// The clocks as recorded (CLOCK_MONOTONIC).
-    Recorded,
-}
-
 /// The inputs and how to synchronize them: what `sync` takes, and what the commands that start
 /// from its clock maps take too.
 #[derive(Args)]
@@ -128,8 +105,8 @@ pub struct SyncArgs {
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// Estimator.
-    #[arg(long, value_enum, default_value = "chull")]
-    pub algorithm: AlgorithmArg,
+    #[arg(long, value_enum, default_value_t)]
+    pub algorithm: Algorithm,
     /// Reference trace of its group, by name or index.
     #[arg(long, value_name = "NAME|INDEX")]
     pub reference: Option<String>,
@@ -139,13 +116,13 @@ pub struct SyncArgs {
     /// Clocks to estimate on: `raw` converts each trace file's times to its node's raw clock
     /// (from its clock samples; text inputs and version-1 files stay as recorded). The maps
     /// always start from the recorded clock.
-    #[arg(long, value_enum, default_value = "raw")]
-    pub timebase: TimebaseArg,
+    #[arg(long, value_enum, default_value_t)]
+    pub timebase: TimebaseChoice,
     /// How pair maps become one map per trace: `joint` combines every pair of a group (the
     /// result no longer depends on the reference but for its frame), `path` composes them along
     /// one shortest path.
-    #[arg(long, value_enum, default_value = "joint")]
-    pub reduction: ReductionArg,
+    #[arg(long, value_enum, default_value_t)]
+    pub reduction: ReductionChoice,
     /// Exit with status 3 when any trace is not synchronized, the traces form several groups, or
     /// any pair is only `approximate` (without it, status 3 only when nothing was synchronized).
     #[arg(long)]
@@ -156,27 +133,18 @@ pub struct SyncArgs {
 
 impl SyncArgs {
     pub fn options(&self) -> Result<SyncOptions, CliError> {
-        if self.filter.is_some() && !matches!(self.algorithm, AlgorithmArg::Linreg) {
+        if self.filter.is_some() && self.algorithm != Algorithm::Linreg {
             return Err(CliError::usage(
                 "--filter only applies with --algorithm linreg (the convex hull uses every message)",
             ));
         }
         Ok(SyncOptions {
-            algorithm: match self.algorithm {
-                AlgorithmArg::Chull => Algorithm::Chull,
-                AlgorithmArg::Linreg => Algorithm::Linreg,
-            },
+            algorithm: self.algorithm,
             reference: self.reference.clone(),
             matching: self.matching.options()?,
             linreg_filter_z: self.filter,
-            reduction: match self.reduction {
-                ReductionArg::Joint => ReductionChoice::Joint,
-                ReductionArg::Path => ReductionChoice::Path,
-            },
-            timebase: match self.timebase {
-                TimebaseArg::Raw => TimebaseChoice::Raw,
-                TimebaseArg::Recorded => TimebaseChoice::Recorded,
-            },
+            reduction: self.reduction,
+            timebase: self.timebase,
         })
     }
 }

@@ -25,11 +25,15 @@ use crate::estimate::hull::Point;
 use crate::estimate::reduction::{Edge, Reduction};
 use crate::model::{Affine, PiecewiseMap};
 
-/// How the pair maps become one map per trace.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+/// How the pair maps become one map per trace (`--reduction`: the variants' first lines are its
+/// help).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum ReductionChoice {
-    /// Weighted least squares over every usable pair of a group (the default).
+    /// Weighted least squares over every usable pair of a group: loops of pairs average out
+    /// each pair's error.
+    ///
+    /// The default.
     #[default]
     Joint,
     /// Pair maps composed along one shortest accuracy-weighted path from the reference.

@@ -23,14 +23,18 @@ use crate::input::tracefile::{ClockRecord, read_clock_record};
 use crate::input::{InputSet, SourceKind};
 use crate::model::PiecewiseMap;
 
-/// The timebase `sync` estimates on.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+/// The timebase `sync` estimates on (`--timebase`: the variants' first lines are its help).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum TimebaseChoice {
-    /// Each trace's raw clock where its samples allow (the default); the recorded one elsewhere.
+    /// Each node's CLOCK_MONOTONIC_RAW, from the trace's clock samples: NTP's slewing undone.
+    ///
+    /// The default; traces whose samples do not allow it stay on their recorded clock.
     #[default]
     Raw,
-    /// The clocks as recorded (CLOCK_MONOTONIC), as before clock samples were used.
+    /// The clocks as recorded (CLOCK_MONOTONIC).
+    ///
+    /// As before clock samples were used.
     Recorded,
 }
 

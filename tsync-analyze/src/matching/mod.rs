@@ -29,19 +29,26 @@
 
 pub mod alignment;
 pub mod exchange;
+mod key;
 pub mod merge;
 mod ranges;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
-use tsync_common::{PacketEvent, direction, tcp_flag};
+use tsync_common::{PacketEvent, direction};
 
-use crate::model::{Exchange, MatchedMessage, Message, MessageSink, Origin};
+use crate::model::{MatchedMessage, Message, MessageSink, Origin};
 
 mod live;
 
-use live::{KeyEq, LiveKeys};
+use exchange::AckPairing;
+use key::Key;
+pub(crate) use key::key_hash;
+use live::LiveKeys;
 use ranges::{RangeMatcher, Unpaired};
+// The tests (`use super::*`) read these; the code here no longer does.
+#[cfg(test)]
+use {key::KEY_FLAGS, tsync_common::tcp_flag};
 
 /// How far apart (ns, on one node's clock) the copies of one packet on stacked devices may be.
 /// The kernel passes a packet through a bridge, a bond or a VLAN device and its lower device in
@@ -146,98 +153,15 @@ pub fn offload_warning(stats: &MatchStats) -> Option<String> {
     })
 }
 
-/// The hash of `e`'s packet key (both ends of a packet hash alike): for sampling keys.
-pub(crate) fn key_hash(e: &PacketEvent) -> u64 {
-    Key::of(e).hash()
-}
-
-/// The fields that identify a packet (LTTV's segment key, plus the UDP fields and the kind).
-///
-/// They are bytes 16..80 of the [`PacketEvent`] record — addresses, EtherType, IP total length,
-/// ports, sequence and acknowledgment numbers, IP protocol, header lengths, TCP flags, UDP data and
-/// length — read as eight words, with the TCP flags reduced to ACK, RST, SYN and FIN (PSH/URG may
-/// differ between what is sent and what arrives after offloads, and the digest of the reference
-/// never held them) and the kind stored in the record's reserved bytes. Building, hashing and
-/// comparing a key is then a handful of word operations.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-struct Key([u64; 8]);
-
-const KEY_FLAGS: u8 = tcp_flag::ACK | tcp_flag::RST | tcp_flag::SYN | tcp_flag::FIN;
-/// Byte offset of the key in the record.
-const KEY_START: usize = 16;
-/// Word 6 holds bytes 64..72: protocol, ihl, doff, flags (byte 3), udp_data[..4].
-const FLAGS_MASK: u64 = !((!KEY_FLAGS as u64) << 24);
-/// Word 7 holds bytes 72..80: udp_data[4..], udp_len, reserved (bytes 6, 7).
-const RESERVED_MASK: u64 = 0x0000_FFFF_FFFF_FFFF;
-
-const _: () = assert!(std::mem::offset_of!(PacketEvent, saddr) == KEY_START);
-const _: () = assert!(std::mem::offset_of!(PacketEvent, tcp_flags) == 67);
-const _: () = assert!(std::mem::offset_of!(PacketEvent, reserved) == 78);
-
-impl Key {
-    #[inline]
-    fn of(e: &PacketEvent) -> Key {
-        let b: &[u8] = bytemuck::bytes_of(e);
-        let mut w = [0u64; 8];
-        for (i, x) in w.iter_mut().enumerate() {
-            let o = KEY_START + 8 * i;
-            *x = u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        }
-        w[6] &= FLAGS_MASK;
-        w[7] = (w[7] & RESERVED_MASK) | u64::from(e.kind) << 48;
-        Key(w)
-    }
-
-    /// A fast multiplicative hash over the key's words.
-    #[inline]
-    fn hash(&self) -> u64 {
-        const K: u64 = 0x9E37_79B9_7F4A_7C15;
-        let w = &self.0;
-        // Two lanes for instruction-level parallelism, folded at the end.
-        let mut h1 = w[0] ^ K;
-        let mut h2 = w[4] ^ K.rotate_left(32);
-        for i in 1..4 {
-            h1 = (h1.rotate_left(23) ^ w[i]).wrapping_mul(K);
-            h2 = (h2.rotate_left(23) ^ w[i + 4]).wrapping_mul(K);
-        }
-        let h = (h1 ^ h2.rotate_left(29)).wrapping_mul(K);
-        h ^ (h >> 29)
-    }
-
-    fn kind(&self) -> u8 {
-        (self.0[7] >> 48) as u8
-    }
-
-    /// Rebuilds the event record of one side.
-    fn event(&self, s: &Seen, dir: u8) -> PacketEvent {
-        let mut e = PacketEvent::default();
-        {
-            let b: &mut [u8] = bytemuck::bytes_of_mut(&mut e);
-            for (i, x) in self.0.iter().enumerate() {
-                let o = KEY_START + 8 * i;
-                b[o..o + 8].copy_from_slice(&x.to_le_bytes());
-            }
-        }
-        e.reserved = [0; 2];
-        e.kind = self.kind();
-        e.tcp_flags = s.tcp_flags;
-        e.ts_ns = s.time as u64;
-        e.ifindex = s.ifindex;
-        e.cpu = s.cpu;
-        e.direction = dir;
-        e
-    }
-}
-
 /// One side of a key: the first event seen on it (what the key does not already hold).
 #[derive(Clone, Copy, Debug, Default)]
 struct Seen {
-    time: i64,
-    index: u64,
-    trace: u32,
-    ifindex: u32,
-    cpu: u16,
-    tcp_flags: u8,
+    pub(super) time: i64,
+    pub(super) index: u64,
+    pub(super) trace: u32,
+    pub(super) ifindex: u32,
+    pub(super) cpu: u16,
+    pub(super) tcp_flags: u8,
 }
 
 impl Seen {
@@ -262,18 +186,6 @@ struct Entry {
     recv: Seen,
     sends: u32,
     recvs: u32,
-}
-
-impl KeyEq for Key {
-    #[inline]
-    fn key_eq(&self, other: &Self) -> bool {
-        // Branch-free: all eight words are compared (no call to memcmp).
-        self.0
-            .iter()
-            .zip(&other.0)
-            .fold(0, |acc, (a, b)| acc | (a ^ b))
-            == 0
-    }
 }
 
 /// The matcher state. Feed it events in merged time order with [`Matcher::event`], then call
@@ -566,90 +478,6 @@ impl Decider {
             self.stats.exchanges += 1;
             sink.exchange(&x);
         }
-    }
-}
-
-/// TCP exchanges: a segment that needs an acknowledgment (SYN, FIN or payload) and the matched
-/// segment of the reverse connection whose ACK covers it (`SEQ_GT(ack_seq, seq)`, 32-bit
-/// wrap-around). Among the covered segments the last one is used, which keeps the round trip short.
-#[derive(Default)]
-struct AckPairing {
-    pending: HashMap<Conn, VecDeque<(u32, Message)>>,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct Conn {
-    saddr: [u8; 16],
-    daddr: [u8; 16],
-    source: u16,
-    dest: u16,
-}
-
-/// Segments remembered per connection; older ones are dropped (their ACK would be too late to
-/// give a useful round trip anyway).
-const PENDING_PER_CONN: usize = 256;
-
-#[inline]
-fn seq_gt(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) > 0
-}
-
-impl AckPairing {
-    fn push(&mut self, e: &PacketEvent, m: Message, window: i64) -> Option<Exchange> {
-        if !e.is_tcp() {
-            return None;
-        }
-        let mut found = None;
-        if e.tcp_flags & tcp_flag::ACK != 0 {
-            let reverse = Conn {
-                saddr: e.daddr,
-                daddr: e.saddr,
-                source: e.dest,
-                dest: e.source,
-            };
-            if let Some(q) = self.pending.get_mut(&reverse) {
-                let mut last = None;
-                while let Some(&(seq, req)) = q.front() {
-                    if !seq_gt(e.ack_seq, seq) {
-                        break;
-                    }
-                    last = Some(req);
-                    q.pop_front();
-                }
-                if q.is_empty() {
-                    self.pending.remove(&reverse);
-                }
-                if let Some(req) = last
-                    && req.send_trace == m.recv_trace
-                    && req.recv_trace == m.send_trace
-                    && req.recv_ns <= m.send_ns
-                    && m.send_ns - req.recv_ns <= window
-                {
-                    found = Some(Exchange {
-                        request: req,
-                        reply: m,
-                    });
-                }
-            }
-        }
-        let needs_ack =
-            e.tcp_flags & (tcp_flag::SYN | tcp_flag::FIN) != 0 || e.tcp_payload_len() > 0;
-        if needs_ack {
-            let q = self
-                .pending
-                .entry(Conn {
-                    saddr: e.saddr,
-                    daddr: e.daddr,
-                    source: e.source,
-                    dest: e.dest,
-                })
-                .or_default();
-            if q.len() == PENDING_PER_CONN {
-                q.pop_front();
-            }
-            q.push_back((e.seq, m));
-        }
-        found
     }
 }
 

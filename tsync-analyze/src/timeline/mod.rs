@@ -25,7 +25,7 @@ mod synthetic;
 use std::path::{Path, PathBuf};
 
 use crate::clc::{self, ClcInput, ClcOutcome, ClcParams};
-use crate::estimate::{self, Algorithm, PairAccumulator, SyncError, SyncOptions, SyncResult};
+use crate::estimate::{Algorithm, PairAccumulator, Pass, SyncError, SyncOptions, SyncResult};
 use crate::eval::{EvalReport, Evaluator, MinRtt};
 use crate::input::InputSet;
 use crate::input::error::InputError;
@@ -150,11 +150,10 @@ impl Timeline {
         progress: &mut dyn FnMut(u64),
     ) -> Result<Timeline, TimelineError> {
         let sync_options = &options.sync;
-        let reference = estimate::reference_trace(&inputs, sync_options)?;
         let n = inputs.traces.len();
-        let (timebases, mut notes) = estimate::timebase::resolve(&inputs, sync_options.timebase)?;
+        let (pass, acc) = Pass::start(&inputs, sync_options)?;
         let mut gatherer = Gatherer {
-            acc: PairAccumulator::with_timebases(timebases),
+            acc,
             linreg: sync_options.algorithm == Algorithm::Linreg,
             keep_messages: options.keep_messages,
             text_messages: Vec::new(),
@@ -167,13 +166,11 @@ impl Timeline {
             ..sync_options.matching.clone()
         };
         let mut stats = inputs.for_each_message(&matching, &mut gatherer, progress)?;
-        stats.warnings.append(&mut notes);
         if sync_options.algorithm != Algorithm::Linreg {
             // The exchanges were looked for only for `l_min`: report what `sync` alone would,
             // so that `sync --plot` prints the same document as `sync`.
             stats.exchanges = 0;
         }
-        let names: Vec<String> = inputs.traces.iter().map(|t| t.name.clone()).collect();
         let Gatherer {
             acc,
             text_messages,
@@ -182,7 +179,7 @@ impl Timeline {
             samples,
             ..
         } = gatherer;
-        let sync = estimate::finish(acc, &names, stats, sync_options, reference);
+        let sync = pass.finish(acc, &inputs, stats, sync_options);
         let (synthetic, mut text_refs) = synthesize_text_events(n, &text_messages);
         file_messages.append(&mut text_refs);
         Ok(Timeline {

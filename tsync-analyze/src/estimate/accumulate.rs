@@ -1,0 +1,143 @@
+//! The message pass: per trace pair, the half hulls (bucketed in time, for the segments) and
+//! the exchanges' offset samples, on the estimation clocks. This is the per-message hot path.
+
+use crate::estimate::hull::Point;
+use crate::estimate::linreg::LinRegAccumulator;
+use crate::estimate::segments::Buckets;
+use crate::estimate::timebase::Timebases;
+use crate::model::PairTable;
+use crate::model::{Exchange, MatchedMessage, Message, MessageSink};
+
+/// Per-pair accumulation during the message pass.
+#[derive(Clone, Debug)]
+pub(super) struct PairState {
+    pub(super) a: u32,
+    pub(super) b: u32,
+    pub(super) buckets: Buckets,
+    pub(super) messages_ab: u64,
+    pub(super) messages_ba: u64,
+    pub(super) x_min: i64,
+    pub(super) x_max: i64,
+    pub(super) linreg: LinRegAccumulator,
+}
+
+impl PairState {
+    fn new(a: u32, b: u32) -> Self {
+        PairState {
+            a,
+            b,
+            buckets: Buckets::default(),
+            messages_ab: 0,
+            messages_ba: 0,
+            x_min: i64::MAX,
+            x_max: i64::MIN,
+            linreg: LinRegAccumulator::default(),
+        }
+    }
+}
+
+/// The message sink that builds the hulls: the per-message hot path.
+#[derive(Clone, Debug, Default)]
+pub struct PairAccumulator {
+    /// Slot of pair (a, b) in `pairs`.
+    index: PairTable<u32>,
+    pub(super) pairs: Vec<PairState>,
+    /// Converts message times to the estimation clocks.
+    pub(super) timebases: Timebases,
+    /// Whether any trace is converted (decided once: the per-message path then skips it).
+    converting: bool,
+}
+
+impl PairAccumulator {
+    /// An empty accumulator on the recorded clocks.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty accumulator that converts message times with `timebases` first.
+    pub fn with_timebases(timebases: Timebases) -> Self {
+        PairAccumulator {
+            converting: !timebases.all_recorded(),
+            timebases,
+            ..Self::default()
+        }
+    }
+
+    #[inline]
+    fn slot(&mut self, a: u32, b: u32) -> &mut PairState {
+        let pairs = &mut self.pairs;
+        let s = *self.index.get_or_insert_with(a, b, || {
+            pairs.push(PairState::new(a, b));
+            (pairs.len() - 1) as u32
+        });
+        &mut self.pairs[s as usize]
+    }
+
+    /// Adds one message.
+    #[inline]
+    pub fn add(&mut self, m: &Message) {
+        let Message {
+            send_ns, recv_ns, ..
+        } = self.converted(m);
+        if m.send_trace < m.recv_trace {
+            let p = self.slot(m.send_trace, m.recv_trace);
+            p.messages_ab += 1;
+            p.x_min = p.x_min.min(send_ns);
+            p.x_max = p.x_max.max(send_ns);
+            p.buckets.push_ab(Point::new(send_ns, recv_ns));
+        } else {
+            let p = self.slot(m.recv_trace, m.send_trace);
+            p.messages_ba += 1;
+            p.x_min = p.x_min.min(recv_ns);
+            p.x_max = p.x_max.max(recv_ns);
+            p.buckets.push_ba(Point::new(recv_ns, send_ns));
+        }
+    }
+
+    /// A message with its times on the estimation clocks.
+    #[inline]
+    pub fn converted(&mut self, m: &Message) -> Message {
+        if !self.converting {
+            return *m;
+        }
+        Message {
+            send_ns: self.timebases.convert(m.send_trace, m.send_ns),
+            recv_ns: self.timebases.convert(m.recv_trace, m.recv_ns),
+            ..*m
+        }
+    }
+
+    /// Adds one exchange's offset sample.
+    pub fn add_exchange(&mut self, x: &Exchange) {
+        let (q, r) = (&self.converted(&x.request), &self.converted(&x.reply));
+        // Times of the exchange on each clock: request send + reply receive on the initiator,
+        // request receive + reply send on the responder.
+        let (init_sum, resp_sum) = (q.send_ns + r.recv_ns, q.recv_ns + r.send_ns);
+        let e = x.rtt_ns().max(0) as f64 / 2.0;
+        let (a, b) = (
+            q.send_trace.min(q.recv_trace),
+            q.send_trace.max(q.recv_trace),
+        );
+        let (mid2_a, mid2_b) = if q.send_trace == a {
+            (init_sum, resp_sum)
+        } else {
+            (resp_sum, init_sum)
+        };
+        self.slot(a, b).linreg.add(mid2_a, mid2_b, e);
+    }
+}
+
+impl MessageSink for PairAccumulator {
+    #[inline]
+    fn message(&mut self, m: &MatchedMessage<'_>) {
+        self.add(&m.message);
+    }
+
+    fn exchange(&mut self, e: &Exchange) {
+        self.add_exchange(e);
+    }
+
+    fn wants_events(&self) -> bool {
+        false
+    }
+}
