@@ -445,3 +445,6 @@ pub fn table(rows: &[GuestRow]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests;
