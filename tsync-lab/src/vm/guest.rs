@@ -1,10 +1,3 @@
-//! What runs inside each guest (`cargo xtask lab-guest`, started by virtme-ng's `--exec` from the
-//! host's file system): bring the NIC up, measure the TSC offset on the shared page, sample the
-//! guest's clocks against its TSC, record with `tsync-agent` while the traffic generator talks
-//! to the other guests, slew the clock with `adjtimex` partway if asked, and write what happened
-//! into the output folder (the only place the guest may write to).
-//!
-//! The guest never decides whether the lab passed: it reports, the host checks.
 //! What runs inside each guest (`tsync-lab guest`, started by virtme-ng's `--exec` from the
 //! host's file system, which the guest mounts over 9p): bring the NIC up, measure the TSC offset on
 //! the shared page, sample the guest's clocks against its TSC, record with `tsync-agent` while the
