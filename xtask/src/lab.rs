@@ -14,6 +14,6 @@ impl Args {
     pub fn run(self) -> anyhow::Result<()> {
         let lab = Lab::new(self.options, &target_dir())?;
         crate::setup::ensure_packages(DEBIAN_PACKAGES)?;
-        lab.run(&lab_binaries()?)
+        lab.run(lab_binaries)
     }
 }

@@ -99,9 +99,10 @@ impl Lab {
         })
     }
 
-    /// Runs the lab with `binaries` (the guests run them from the host's file system); prints
-    /// the report and `lab: N passed, M failed`, and fails if any check did.
-    pub fn run(self, binaries: &Binaries) -> anyhow::Result<()> {
+    /// Runs the lab: fetches virtme-ng and the kernels into the cache, then asks `build` for the
+    /// binaries (the guests run them from the host's file system), boots the guests, prints the
+    /// report and `lab: N passed, M failed`, and fails if any check did.
+    pub fn run(self, build: impl FnOnce() -> anyhow::Result<Binaries>) -> anyhow::Result<()> {
         let o = &self.options;
         let cache_dir = self.target.join("lab-cache");
         let toolkit = cache::Toolkit::ensure(&cache_dir)?;
@@ -109,6 +110,7 @@ impl Lab {
         for series in &o.kernels {
             kernels.push(cache::kernel(&cache_dir, series)?);
         }
+        let binaries = &build()?;
         let seed = o.seed.unwrap_or_else(rand::random);
         let out = o
             .out
