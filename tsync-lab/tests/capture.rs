@@ -437,17 +437,7 @@ fn segments_cut_differently_by_offloads_are_paired_by_sequence_range() {
     );
     let paths: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
     let inputs = tsync_analyze::InputSet::open(&paths).unwrap();
-    let by_digest = tsync_analyze::MatchOptions {
-        by_range: false,
-        ..Default::default()
-    };
-    struct Nothing;
-    impl tsync_analyze::MessageSink for Nothing {
-        fn message(&mut self, _: &tsync_analyze::MatchedMessage<'_>) {}
-    }
-    let digest = inputs
-        .for_each_message(&by_digest, &mut Nothing, &mut |_| {})
-        .unwrap();
+    let digest = tsync_lab::matching::digest_only(&files).unwrap();
     let r = tsync_analyze::sync(&inputs, &Default::default(), &mut |_| {}).unwrap();
     let m = &r.matching;
     assert!(digest.unmatched * 5 > digest.events, "{digest:?}");

@@ -3,7 +3,9 @@
 //!
 //! One module per task, each with an `Args` type (clap) and `fn run(self) -> anyhow::Result<()>`;
 //! adding a task is one variant of [`Task`] and one line of its `match`. What tasks share is in
-//! [`util`]; the namespace lab, agents and BPF program checks are the `tsync-lab` crate.
+//! [`util`]. The lab's logic — namespaces, agents, the VM lab, the demo, the traffic generator,
+//! the capture benchmark — is the `tsync-lab` crate: `lab`, `demo` and `bench capture` here parse
+//! arguments, install and build what is needed, and call it.
 mod bench;
 mod demo;
 mod ebpf;
@@ -12,7 +14,6 @@ mod lab;
 mod setup;
 mod simulate;
 mod test;
-mod traffic;
 mod util;
 
 use std::process::ExitCode;
@@ -35,17 +36,15 @@ enum Task {
     Test(test::Args),
     /// Write agent-format traces of simulated nodes with known clocks, and the truth beside them.
     Simulate(simulate::Args),
-    /// Generate request/response and bulk TCP traffic to peers (the demo runs one per node).
-    Traffic(traffic::TrafficArgs),
+    /// Generate request/response and bulk TCP traffic to peers (as `tsync-lab traffic`, which
+    /// the demo runs in each node).
+    Traffic(tsync_lab::traffic::TrafficArgs),
     /// End-to-end demo: nodes in network namespaces with known clock skews, real TCP traffic,
     /// agents, analyzer, and every figure checked against the truth.
     Demo(demo::DemoArgs),
     /// Multi-kernel VM lab: guests on Debian's 6.1 and 6.12 kernels under QEMU/TCG, their own
     /// clocks (one slewed), TCP traffic, an agent each, checked against a TSC ground truth.
     Lab(lab::Args),
-    /// What runs inside each lab guest (started by `cargo xtask lab`).
-    #[command(hide = true)]
-    LabGuest(lab::guest::GuestArgs),
     /// Benchmarks (not timed tests): both with no subcommand, and one report.
     Bench(bench::Args),
     /// Coverage-guided fuzzing (cargo-fuzz, nightly) of the trace reader, the text parser and
@@ -72,7 +71,6 @@ fn main() -> ExitCode {
         Task::Traffic(args) => args.run(),
         Task::Demo(args) => args.run(),
         Task::Lab(args) => args.run(),
-        Task::LabGuest(args) => args.run(),
         Task::Bench(args) => args.run(),
         Task::Fuzz(args) => args.run(),
         Task::PeakRss(args) => args.run(),

@@ -1,11 +1,14 @@
 //! What several tasks share: the workspace's location, running commands and cargo, task
-//! defaults. (The namespace lab, agents and BPF program checks are the `tsync-lab` crate.)
+//! defaults, the binaries the lab runs. (The lab itself is the `tsync-lab` crate.)
 use std::{
     path::{Path, PathBuf},
     process::Command,
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
+
+/// Running a command: the lab's helpers, which failing say what they ran.
+pub use tsync_lab::command::{output, run};
 
 /// The workspace's root folder (xtask lives one level below it).
 pub fn workspace_root() -> PathBuf {
@@ -19,25 +22,6 @@ pub fn workspace_root() -> PathBuf {
 pub fn defaults<T: clap::Args + clap::FromArgMatches>() -> Result<T> {
     let matches = T::augment_args(clap::Command::new("task")).try_get_matches_from(["task"])?;
     Ok(T::from_arg_matches(&matches)?)
-}
-
-/// Runs a command, failing with its command line if it cannot start or exits non-zero.
-pub fn run(cmd: &mut Command) -> Result<()> {
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot run {cmd:?}"))?;
-    if !status.success() {
-        bail!("{cmd:?} failed: {status}");
-    }
-    Ok(())
-}
-
-/// Runs a command and returns its stdout, or `None` if it cannot start or fails.
-pub fn output(cmd: &mut Command) -> Option<String> {
-    let out = cmd.output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// `cargo` (the one running xtask), in the workspace's root folder.
@@ -81,28 +65,13 @@ pub fn release_binary(name: &str) -> PathBuf {
     target_dir().join("release").join(name)
 }
 
-/// Set by the Ctrl-C handler of [`catch_interrupts`].
-static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Makes Ctrl-C (and SIGTERM) set [`interrupted`] instead of ending xtask, so that a task can tear
-/// down what it started (namespaces, guests) and fail. Installed once per process, whichever
-/// task asks first (`cargo xtask test` runs several).
-pub fn catch_interrupts() -> Result<()> {
-    static INSTALLED: std::sync::OnceLock<std::result::Result<(), String>> =
-        std::sync::OnceLock::new();
-    INSTALLED
-        .get_or_init(|| {
-            ctrlc::set_handler(|| {
-                INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
-                eprintln!("interrupted: stopping and cleaning up");
-            })
-            .map_err(|e| e.to_string())
-        })
-        .clone()
-        .map_err(|e| anyhow::anyhow!("cannot install the Ctrl-C handler: {e}"))
-}
-
-/// Whether Ctrl-C was pressed since [`catch_interrupts`].
-pub fn interrupted() -> bool {
-    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+/// Builds the binaries the demo and the VM lab run (the same set for both, so that `cargo xtask
+/// test` builds them once) and says where they are.
+pub fn lab_binaries() -> Result<tsync_lab::Binaries> {
+    build_release(&["tsync-agent", "tsync-analyze", "tsync-lab"])?;
+    Ok(tsync_lab::Binaries {
+        agent: release_binary("tsync-agent"),
+        analyzer: release_binary("tsync-analyze"),
+        lab: release_binary("tsync-lab"),
+    })
 }

@@ -1,6 +1,7 @@
 //! What the lab needs besides the workspace, set up idempotently: Debian's QEMU (and the tools
-//! virtme-ng calls), virtme-ng from PyPI, and Debian's kernels — downloaded as packages and
-//! unpacked into `target/lab-cache/`, never installed on the host.
+//! virtme-ng calls: [`DEBIAN_PACKAGES`], which xtask installs), virtme-ng from PyPI, and Debian's
+//! kernels — downloaded as packages and unpacked into the cache folder (`target/lab-cache/`),
+//! never installed on the host.
 //!
 //! A second run finds everything in place and asks no registry: a kernel series already in the
 //! cache is used as cached (its newest), so CI downloads each kernel once per machine.
@@ -11,7 +12,7 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
-use crate::util::{output, run, target_dir};
+use crate::command::{output, run};
 
 /// Debian packages the lab runs: QEMU (7.2 on bookworm; it replaces a preinstalled `qemu-utils`,
 /// which nothing here needs), `depmod` and busybox (virtme-ng builds its initramfs with them),
@@ -20,20 +21,15 @@ pub const DEBIAN_PACKAGES: &[&str] = &["qemu-system-x86", "kmod", "busybox-stati
 /// The virtme-ng release the lab was measured with.
 const VIRTME_NG: &str = "virtme-ng==1.42";
 
-/// The cache folder.
-pub fn cache_dir() -> PathBuf {
-    target_dir().join("lab-cache")
-}
-
 /// virtme-ng, installed into the cache.
 pub struct Toolkit {
     dir: PathBuf,
 }
 
 impl Toolkit {
-    /// Installs virtme-ng into the cache with pip unless it is there.
-    pub fn ensure() -> anyhow::Result<Toolkit> {
-        let dir = cache_dir().join("virtme-ng");
+    /// Installs virtme-ng into the cache folder with pip unless it is there.
+    pub fn ensure(cache_dir: &Path) -> anyhow::Result<Toolkit> {
+        let dir = cache_dir.join("virtme-ng");
         if !dir.join("bin/vng").exists() {
             eprintln!("lab: installing {VIRTME_NG} into {}", dir.display());
             let tmp = dir.with_extension("tmp");
@@ -78,17 +74,13 @@ pub struct Kernel {
     pub image: PathBuf,
 }
 
-/// The newest cached kernel of `series`, or the newest Debian has, downloaded and unpacked.
-pub fn kernel(series: &str) -> anyhow::Result<Kernel> {
-    let dir = cache_dir().join("kernels");
+/// The newest cached kernel of `series`, or the newest Debian has, downloaded and unpacked into
+/// the cache folder.
+pub fn kernel(cache_dir: &Path, series: &str) -> anyhow::Result<Kernel> {
+    let dir = cache_dir.join("kernels");
     fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let prefix = package_prefix(series)?;
-    let cached = fs::read_dir(&dir)?
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| is_plain_image(n, &prefix) && dir.join(n).join(".complete").exists())
-        .max_by(|a, b| natural_cmp(a, b));
-    let package = match cached {
+    let package = match newest_cached(&dir, &prefix)? {
         Some(p) => p,
         None => {
             let p = newest_package(&prefix)?;
@@ -134,18 +126,34 @@ fn is_plain_image(name: &str, prefix: &str) -> bool {
         && !name.contains("-rt-")
 }
 
+/// The newest package of the series unpacked completely in `dir` (an interrupted unpack has no
+/// `.complete` marker and does not count).
+fn newest_cached(dir: &Path, prefix: &str) -> anyhow::Result<Option<String>> {
+    Ok(fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| is_plain_image(n, prefix) && dir.join(n).join(".complete").exists())
+        .max_by(|a, b| natural_cmp(a, b)))
+}
+
+/// The newest plain image package of the series in `apt-cache search` output (`NAME - TEXT`
+/// lines).
+fn newest_listed(listing: &str, prefix: &str) -> Option<String> {
+    listing
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| is_plain_image(n, prefix))
+        .map(str::to_owned)
+        .max_by(|a, b| natural_cmp(a, b))
+}
+
 /// The newest plain image package of the series that apt knows (after one `apt-get update` if
 /// it knows none).
 fn newest_package(prefix: &str) -> anyhow::Result<String> {
     let search = || {
         let pattern = format!("^{}", prefix.replace('.', "\\."));
-        output(Command::new("apt-cache").args(["search", "--names-only", &pattern]))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split_whitespace().next())
-            .filter(|n| is_plain_image(n, prefix))
-            .map(str::to_owned)
-            .max_by(|a, b| natural_cmp(a, b))
+        let listing = output(Command::new("apt-cache").args(["search", "--names-only", &pattern]));
+        newest_listed(&listing.unwrap_or_default(), prefix)
     };
     if let Some(p) = search() {
         return Ok(p);
@@ -249,5 +257,59 @@ mod tests {
             Ordering::Less
         );
         assert_eq!(natural_cmp("a-1", "a-1"), Ordering::Equal);
+    }
+
+    #[test]
+    fn the_newest_listed_package_is_a_plain_image_of_the_series() {
+        let listing = "\
+linux-image-6.1.0-9-amd64-unsigned - Linux 6.1 for 64-bit PCs
+linux-image-6.1.0-56-amd64-unsigned - Linux 6.1 for 64-bit PCs
+linux-image-6.1.0-57-cloud-amd64-unsigned - Linux 6.1 for x86-64 cloud
+linux-image-6.1.0-58-rt-amd64-unsigned - Linux 6.1 for 64-bit PCs, PREEMPT_RT
+linux-image-6.12.117+deb12-amd64-unsigned - Linux 6.12 for 64-bit PCs
+";
+        let p = package_prefix("6.1").unwrap();
+        assert_eq!(
+            newest_listed(listing, &p).as_deref(),
+            Some("linux-image-6.1.0-56-amd64-unsigned")
+        );
+        let p = package_prefix("6.12").unwrap();
+        assert_eq!(
+            newest_listed(listing, &p).as_deref(),
+            Some("linux-image-6.12.117+deb12-amd64-unsigned")
+        );
+        assert_eq!(newest_listed("", &p), None);
+    }
+
+    #[test]
+    fn only_complete_unpacks_count_as_cached() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = package_prefix("6.1").unwrap();
+        assert_eq!(newest_cached(dir.path(), &p).unwrap(), None);
+        for (name, complete) in [
+            ("linux-image-6.1.0-9-amd64-unsigned", true),
+            ("linux-image-6.1.0-56-amd64-unsigned", false),
+            ("linux-image-6.1.0-56-amd64-unsigned.download", false),
+        ] {
+            fs::create_dir_all(dir.path().join(name)).unwrap();
+            if complete {
+                fs::write(dir.path().join(name).join(".complete"), "").unwrap();
+            }
+        }
+        assert_eq!(
+            newest_cached(dir.path(), &p).unwrap().as_deref(),
+            Some("linux-image-6.1.0-9-amd64-unsigned")
+        );
+        fs::write(
+            dir.path()
+                .join("linux-image-6.1.0-56-amd64-unsigned")
+                .join(".complete"),
+            "",
+        )
+        .unwrap();
+        assert_eq!(
+            newest_cached(dir.path(), &p).unwrap().as_deref(),
+            Some("linux-image-6.1.0-56-amd64-unsigned")
+        );
     }
 }

@@ -145,6 +145,18 @@ impl TscPage {
         }
     }
 
+    /// Guest side: waits until the host sets a shared word (a barrier among the guests).
+    pub fn wait_global(&self, w: GlobalWord, patience: std::time::Duration) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + patience;
+        while self.global(w).load(Ordering::Acquire) == 0 {
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!("the other guests did not reach the barrier within {patience:?}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        Ok(())
+    }
+
     /// Guest side: measures this guest's TSC offset from the host's with `tries` handshakes;
     /// the tightest bracket, or an error when the host does not answer within `timeout`.
     pub fn measure_offset(

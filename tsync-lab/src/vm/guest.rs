@@ -1,21 +1,24 @@
-//! What runs inside each guest (`cargo xtask lab-guest`, started by virtme-ng's `--exec` from the
-//! host's file system): bring the NIC up, measure the TSC offset on the shared page, sample the
-//! guest's clocks against its TSC, record with `tsync-agent` while the traffic generator talks
-//! to the other guests, slew the clock with `adjtimex` partway if asked, and write what happened
-//! into the output folder (the only place the guest may write to).
+//! What runs inside each guest (`tsync-lab guest`, started by virtme-ng's `--exec` from the
+//! host's file system, which the guest mounts over 9p): bring the NIC up, measure the TSC offset on
+//! the shared page, sample the guest's clocks against its TSC, record with `tsync-agent` while the
+//! traffic generator talks to the other guests, slew the clock with `adjtimex` partway if asked,
+//! and write what happened ([`GuestReport`]) into the output folder (the only place the guest may
+//! write to).
 //!
 //! The guest never decides whether the lab passed: it reports, the host checks.
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use serde::{Deserialize, Serialize};
 
-use super::tscpage::{GlobalWord, OffsetBracket, PAGE_BYTES, SlotWord, TscPage, tsc};
+use super::clocks::{Sampler, slew};
+use super::report::{AppliedSlew, GuestReport, address};
+use super::tscpage::{GlobalWord, PAGE_BYTES, SlotWord, TscPage};
+use crate::Offloads;
 use crate::traffic::TrafficArgs;
 
 /// Options of the guest program (the host passes them all).
@@ -42,60 +45,9 @@ pub struct GuestArgs {
     /// The agent binary (on the host's file system).
     #[arg(long)]
     pub agent: PathBuf,
-    /// Turn the NIC's TSO, GSO and GRO on or off (default: as the kernel set them).
-    #[arg(long)]
-    pub offloads: Option<String>,
-}
-
-/// The guests' subnet on the multicast hub.
-pub fn address(k: usize) -> String {
-    format!("10.77.0.{}", k + 1)
-}
-
-/// A tight reading of CLOCK_MONOTONIC and CLOCK_MONOTONIC_RAW against the TSC: MONOTONIC was
-/// read between TSC readings `t1` and `t2`, RAW between `t2` and `t3`.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct ClockPair {
-    pub t1: u64,
-    pub mono: u64,
-    pub t2: u64,
-    pub raw: u64,
-    pub t3: u64,
-}
-
-/// What a guest reports to the host (`guest-K.json`).
-#[derive(Debug, Serialize, Deserialize)]
-pub struct GuestReport {
-    pub index: usize,
-    pub kernel: String,
-    pub clocksource: String,
-    /// TSC offset from the host's, before the traffic and after it.
-    pub offset_start: OffsetBracket,
-    pub offset_end: OffsetBracket,
-    /// TSC ticks per second of CLOCK_MONOTONIC_RAW (from the first and last pair).
-    pub tsc_hz: f64,
-    /// Every 10 ms, from before the agent started until after it stopped.
-    pub pairs: Vec<ClockPair>,
-    /// The adjtimex frequency (ppm) before and after the slew, and when (CLOCK_MONOTONIC ns).
-    pub slew: Option<AppliedSlew>,
-    /// The agent's summary: (events written, events lost); exit status.
-    pub agent_events: u64,
-    pub agent_lost: u64,
-    pub agent_status: String,
-    /// BPF programs still loaded after the agent exited.
-    pub programs_left: usize,
-    /// Request/response exchanges the traffic generator completed.
-    pub exchanges: u64,
-    /// The NIC's offload features as the kernel reports them.
-    pub offloads: Vec<String>,
-}
-
-/// An `adjtimex` frequency change, as applied.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct AppliedSlew {
-    pub freq_before_ppm: f64,
-    pub freq_after_ppm: f64,
-    pub at_mono_ns: u64,
+    /// The NIC's TSO, GSO and GRO: on, off, or as the kernel set them.
+    #[arg(long, value_enum, default_value = "kernel")]
+    pub offloads: Offloads,
 }
 
 impl GuestArgs {
@@ -114,37 +66,37 @@ impl GuestArgs {
     fn run_inner(&self) -> anyhow::Result<()> {
         let k = self.index;
         let nic = bring_up_nic(k)?;
-        if let Some(state) = &self.offloads {
-            crate::util::run(
+        if let Some(state) = self.offloads.ethtool_state() {
+            crate::command::run(
                 Command::new("ethtool")
                     .args(["-K", &nic, "tso", state, "gso", state, "gro", state]),
             )?;
         }
         let page = Arc::new(map_ivshmem()?);
         page.slot(k, SlotWord::Booted).store(1, Ordering::Release);
-        wait_global(&page, GlobalWord::AllBooted, Duration::from_secs(300))?;
+        page.wait_global(GlobalWord::AllBooted, Duration::from_secs(300))?;
         let patience = Duration::from_secs(30);
         let offset_start = page.measure_offset(k, 300, patience)?;
         let sampler = Sampler::start();
         let trace = self.out.join(format!("guest-{k}.tsync"));
         let log = self.out.join(format!("agent-{k}.log"));
-        let mut cmd = tsync_lab::record_command(&self.agent, None, &trace);
+        let mut cmd = crate::record_command(&self.agent, None, &trace);
         cmd.args(["--force", "--node", &format!("guest-{k}")]);
-        let agent = tsync_lab::Agent::start_logged(cmd, &log)
+        let agent = crate::Agent::start_logged(cmd, &log)
             .with_context(|| format!("the agent did not start; see {}", log.display()))?;
         let programs = agent.program_ids()?;
         page.slot(k, SlotWord::Ready).store(1, Ordering::Release);
-        wait_global(&page, GlobalWord::Go, Duration::from_secs(300))?;
+        page.wait_global(GlobalWord::Go, Duration::from_secs(300))?;
         let (slew, exchanges) = self.traffic_and_slew()?;
         page.slot(k, SlotWord::Done).store(1, Ordering::Release);
-        wait_global(&page, GlobalWord::Stop, Duration::from_secs(300))?;
+        page.wait_global(GlobalWord::Stop, Duration::from_secs(300))?;
         agent.signal(libc::SIGINT);
         let stopped = agent.wait()?;
         let (agent_events, agent_lost) = stopped.summary().unwrap_or((0, u64::MAX));
-        let programs_left = tsync_lab::wait_unloaded(&programs)?.len();
+        let programs_left = crate::wait_unloaded(&programs)?.len();
         let pairs = sampler.stop();
         page.slot(k, SlotWord::Finished).store(1, Ordering::Release);
-        wait_global(&page, GlobalWord::AllFinished, Duration::from_secs(120))?;
+        page.wait_global(GlobalWord::AllFinished, Duration::from_secs(120))?;
         let offset_end = page.measure_offset(k, 300, patience)?;
         let (first, last) = (
             pairs.first().context("no clock pair")?,
@@ -225,8 +177,8 @@ fn bring_up_nic(k: usize) -> anyhow::Result<String> {
             None => bail!("no network interface appeared (virtio_net not loaded?)"),
         }
     };
-    tsync_lab::ip(&["addr", "add", &format!("{}/24", address(k)), "dev", &nic])?;
-    tsync_lab::ip(&["link", "set", &nic, "up"])?;
+    crate::ip(&["addr", "add", &format!("{}/24", address(k)), "dev", &nic])?;
+    crate::ip(&["link", "set", &nic, "up"])?;
     Ok(nic)
 }
 
@@ -250,108 +202,6 @@ fn map_ivshmem() -> anyhow::Result<TscPage> {
         return TscPage::map(&file, PAGE_BYTES);
     }
     bail!("no ivshmem device (1af4:1110) in this guest")
-}
-
-/// Waits until the host sets a shared word (a barrier among the guests).
-fn wait_global(page: &TscPage, w: GlobalWord, patience: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + patience;
-    while page.global(w).load(Ordering::Acquire) == 0 {
-        if Instant::now() > deadline {
-            bail!("the other guests did not reach the barrier within {patience:?}");
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    Ok(())
-}
-
-/// Applies `adjtimex(ADJ_FREQUENCY)`: CLOCK_MONOTONIC then runs `ppm` faster than
-/// CLOCK_MONOTONIC_RAW (on top of the frequency before, which is read first).
-fn slew(ppm: f64) -> anyhow::Result<AppliedSlew> {
-    // SAFETY: timex is plain data; modes 0 reads only.
-    let mut tx: libc::timex = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid timex.
-    if unsafe { libc::adjtimex(&mut tx) } < 0 {
-        bail!("adjtimex: {}", std::io::Error::last_os_error());
-    }
-    let before = tx.freq as f64 / 65536.0;
-    // SAFETY: as above.
-    let mut set: libc::timex = unsafe { std::mem::zeroed() };
-    set.modes = libc::ADJ_FREQUENCY;
-    set.freq = ((before + ppm) * 65536.0).round() as libc::c_long;
-    let at_mono_ns = clock(libc::CLOCK_MONOTONIC);
-    // SAFETY: a valid timex.
-    if unsafe { libc::adjtimex(&mut set) } < 0 {
-        bail!(
-            "adjtimex(ADJ_FREQUENCY): {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(AppliedSlew {
-        freq_before_ppm: before,
-        freq_after_ppm: set.freq as f64 / 65536.0,
-        at_mono_ns,
-    })
-}
-
-fn clock(id: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec.
-    unsafe { libc::clock_gettime(id, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// The tightest of three readings of both clocks between TSC reads.
-fn clock_pair() -> ClockPair {
-    let mut best: Option<ClockPair> = None;
-    for _ in 0..3 {
-        let t1 = tsc();
-        let mono = clock(libc::CLOCK_MONOTONIC);
-        let t2 = tsc();
-        let raw = clock(libc::CLOCK_MONOTONIC_RAW);
-        let t3 = tsc();
-        let p = ClockPair {
-            t1,
-            mono,
-            t2,
-            raw,
-            t3,
-        };
-        if best.is_none_or(|b| p.t3 - p.t1 < b.t3 - b.t1) {
-            best = Some(p);
-        }
-    }
-    best.expect("three tries")
-}
-
-/// A thread reading [`clock_pair`] every 10 ms.
-struct Sampler {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<Vec<ClockPair>>,
-}
-
-impl Sampler {
-    fn start() -> Sampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut pairs = Vec::new();
-            while !flag.load(Ordering::Relaxed) {
-                pairs.push(clock_pair());
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            pairs.push(clock_pair());
-            pairs
-        });
-        Sampler { stop, thread }
-    }
-
-    fn stop(self) -> Vec<ClockPair> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().expect("sampler panicked")
-    }
 }
 
 /// The NIC's segmentation and receive offloads that are on (`/sys/class/net/NIC/features` does

@@ -60,7 +60,7 @@ impl Vm {
         let mut cmd = toolkit.vng();
         cmd.arg("-r")
             .arg(spec.kernel)
-            // The host's /dev/kvm cannot run stock kernels here (see the README): TCG.
+            // The host's /dev/kvm cannot run stock kernels here (see docs/lab.md): TCG.
             .args(["--disable-kvm", "--force-9p", "--cpus", "1", "-m", "768M"])
             .args(["--name", &spec.name])
             .arg(format!("--rwdir={}", spec.out.display()))

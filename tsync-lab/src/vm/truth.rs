@@ -3,7 +3,7 @@
 //! bracketed by TSC readings (every 10 ms). A CLOCK_MONOTONIC time of guest k becomes its TSC,
 //! then the host's TSC, then the reference guest's TSC, then the reference's CLOCK_MONOTONIC —
 //! with nothing of the analyzer's in the way.
-use super::guest::GuestReport;
+use super::report::GuestReport;
 
 /// One guest's clock against its TSC.
 pub struct GuestClock {

@@ -1,4 +1,5 @@
-//! `cargo xtask traffic`: the demo's traffic generator, run inside each node's namespace.
+//! `tsync-lab traffic`: the traffic generator, run inside each node — a namespace of the demo, a
+//! guest of the VM lab (there as a thread of `tsync-lab guest`). `cargo xtask traffic` runs it too.
 //!
 //! Synchronization needs messages both ways between every pair of nodes, spread over the whole
 //! recording: request/response exchanges at a steady rate (small segments, many ACKs) plus one
@@ -21,6 +22,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+
+use crate::vm::clocks::clock;
 
 /// Options of one traffic process.
 #[derive(clap::Args, Debug, Clone)]
@@ -65,16 +68,6 @@ struct AppLog {
     skew: Option<tsync_common::format::ClockSkew>,
 }
 
-fn read_clock(clock: libc::clockid_t) -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid, writable timespec; both clocks exist on Linux.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
-
 impl AppLog {
     fn open(args: &TrafficArgs) -> anyhow::Result<Option<Arc<AppLog>>> {
         let Some(path) = &args.app_log else {
@@ -103,8 +96,8 @@ impl AppLog {
 
     /// Logs one event of exchange `id` (`node-K→node-J#N`: client, server, the client's number).
     fn event(&self, event: &str, id: &str, peer: &str) {
-        let mono = read_clock(libc::CLOCK_MONOTONIC) as u64;
-        let wall = read_clock(libc::CLOCK_REALTIME);
+        let mono = clock(libc::CLOCK_MONOTONIC);
+        let wall = clock(libc::CLOCK_REALTIME) as i64;
         let ts = self.skew.as_ref().map_or(mono, |s| s.apply(mono));
         let line = serde_json::json!({
             "ts_ns": ts, "wall_ns": wall, "node": self.node, "event": event,
@@ -292,5 +285,85 @@ fn handle(mut stream: TcpStream, log: Option<&AppLog>) -> std::io::Result<()> {
             l.event("response sent", name, peer);
         }
         stream.write_all(&buf[..response_len])?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(app_log: Option<PathBuf>, clock_skew: Option<&str>) -> TrafficArgs {
+        TrafficArgs {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            peers: Vec::new(),
+            duration: 0.0,
+            rate: 1.0,
+            bulk_rate: 0,
+            linger: 0.0,
+            app_log,
+            node_index: 2,
+            clock_skew: clock_skew.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_server_answers_each_request_with_the_size_asked_and_logs_the_exchange() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app.jsonl");
+        let log = AppLog::open(&args(Some(path.clone()), Some("1000,-2.5")))
+            .unwrap()
+            .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer = listener.local_addr().unwrap();
+        let server_log = Some(log.clone());
+        thread::spawn(move || serve(listener, server_log));
+        let mut stream = connect(peer, REQUEST_RESPONSE).unwrap();
+        let mut buf = vec![0u8; 4096];
+        for (request_len, response_len, id) in [(100u32, 333u32, 0u64), (16, 2000, 1 << 32 | 7)] {
+            buf[..4].copy_from_slice(&request_len.to_le_bytes());
+            buf[4..8].copy_from_slice(&response_len.to_le_bytes());
+            buf[8..16].copy_from_slice(&id.to_le_bytes());
+            stream.write_all(&buf[..request_len as usize]).unwrap();
+            stream
+                .read_exact(&mut buf[..response_len as usize])
+                .unwrap();
+        }
+        drop(stream);
+        // The server logs before it answers: both events are in the log once answered.
+        log.flush();
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let events: Vec<&str> = lines.iter().map(|l| l["event"].as_str().unwrap()).collect();
+        assert_eq!(events, ["request received", "response sent"]);
+        for l in &lines {
+            assert_eq!(l["exchange"], "node-0→node-2#7");
+            assert_eq!(
+                (l["node"].as_str(), l["peer"].as_str()),
+                (Some("node-2"), Some("node-0"))
+            );
+            assert!(l["ts_ns"].as_u64().is_some() && l["wall_ns"].as_i64().is_some());
+        }
+    }
+
+    #[test]
+    fn a_malformed_clock_skew_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Some(dir.path().join("app.jsonl"));
+        let err = AppLog::open(&args(log.clone(), Some("1000")))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("OFFSET_NS,DRIFT_PPM"), "{err}");
+        let err = AppLog::open(&args(log, Some("1000,fast"))).err().unwrap();
+        assert!(format!("{err:#}").contains("drift"), "{err:#}");
+        assert!(AppLog::open(&args(None, Some("x"))).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_node_behind_an_address_is_its_last_octet_minus_one() {
+        assert_eq!(node_of("10.200.0.3:7000".parse().unwrap()), "node-2");
+        assert_eq!(node_of("[::1]:7000".parse().unwrap()), "::1");
     }
 }

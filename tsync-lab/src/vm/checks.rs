@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use tsync_analyze::{InputSet, SyncOptions, SyncResult, TimebaseChoice};
 
-use super::guest::GuestReport;
+use super::report::GuestReport;
 use super::truth::{GuestClock, Truth};
 
 /// Points per guest at which the truth is compared with the guaranteed interval.
@@ -113,9 +113,7 @@ pub struct LabOutcome<'a> {
 pub fn evaluate(o: &LabOutcome<'_>) -> (Vec<GuestRow>, Vec<Check>, Option<SyncResult>) {
     let mut checks = Vec::new();
     let n = o.reports.len();
-    let files: Vec<PathBuf> = (0..n)
-        .map(|k| o.out.join(format!("guest-{k}.tsync")))
-        .collect();
+    let files = trace_files(o.out, n);
     for (k, r) in o.reports.iter().enumerate() {
         checks.push(agent_check(k, r, &o.kernels[k], &files[k]));
     }
@@ -220,6 +218,13 @@ pub fn evaluate(o: &LabOutcome<'_>) -> (Vec<GuestRow>, Vec<Check>, Option<SyncRe
         },
     ));
     (rows, checks, sync.ok())
+}
+
+/// The guests' trace files in the output folder.
+pub fn trace_files(out: &Path, guests: usize) -> Vec<PathBuf> {
+    (0..guests)
+        .map(|k| out.join(format!("guest-{k}.tsync")))
+        .collect()
 }
 
 fn run_sync(files: &[PathBuf], timebase: TimebaseChoice) -> anyhow::Result<SyncResult> {
@@ -440,3 +445,6 @@ pub fn table(rows: &[GuestRow]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,383 @@
+//! The capture benchmark (`cargo xtask bench capture`): what recording costs under load.
+//!
+//! Two network namespaces joined by a veth pair; iperf3 blasts traffic across it, once with no
+//! agent and once with one agent per namespace, for TCP (GSO super-packets) and small UDP datagrams
+//! (many packets), and once with a single `--all-netns` agent, whose every hook run records (its
+//! cost per run is the cost of one recorded event). Reported per run: packets/s and Gbit/s on the
+//! link (veth counters), events/s written, events lost, and the in-kernel cost per hook run and per
+//! written event from the kernel's own BPF statistics (`kernel.bpf_stats_enabled`: run_time_ns /
+//! run_cnt). Ratios are against the no-agent baseline of the same traffic in the same run. Needs
+//! root.
+use std::{
+    fmt::Write as _,
+    fs,
+    path::{Path, PathBuf},
+    process::Stdio,
+    thread,
+    time::{Duration, Instant},
+};
+
+use crate::{Agent, Netns, VethPair, record_command, unique_name};
+use anyhow::{Context as _, Result, bail, ensure};
+
+const ADDR: [&str; 2] = ["10.78.0.1", "10.78.0.2"];
+
+/// Options of the capture benchmark.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CaptureOptions {
+    /// Seconds of traffic per run.
+    #[arg(long, default_value_t = 10)]
+    pub duration: u32,
+    /// Ring buffer size passed to the agents (default: the agent's default).
+    #[arg(long)]
+    pub ring_size: Option<u64>,
+    /// Keep the trace files under target/bench/ instead of deleting them.
+    #[arg(long)]
+    pub keep_traces: bool,
+    /// Another `tsync-agent` binary (e.g. built from an older commit) to measure right after the
+    /// current one in every run with agents: before/after figures from the same conditions,
+    /// which matter on a shared machine. Its rows say "baseline".
+    #[arg(long, value_name = "BINARY")]
+    pub baseline_agent: Option<PathBuf>,
+}
+
+/// One traffic pattern.
+struct Scenario {
+    name: &'static str,
+    iperf_args: &'static [&'static str],
+}
+
+const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "TCP (iperf3 default)",
+        iperf_args: &[],
+    },
+    Scenario {
+        name: "UDP 64-byte datagrams",
+        iperf_args: &["-u", "-b", "0", "-l", "64"],
+    },
+];
+
+/// Which agents record during a run.
+#[derive(Clone, Copy, PartialEq)]
+enum Agents {
+    None,
+    /// One agent in each namespace (the default filter): the deployment the demo uses.
+    PerNamespace,
+    /// One agent with `--all-netns` in the first namespace: every hook run records.
+    OneAllNetns,
+}
+
+impl Agents {
+    fn label(self) -> &'static str {
+        match self {
+            Agents::None => "none",
+            Agents::PerNamespace => "2 (one per namespace)",
+            Agents::OneAllNetns => "1 (`--all-netns`)",
+        }
+    }
+}
+
+/// One row of the table: who recorded, and what it cost.
+struct Run {
+    agents: Agents,
+    /// The agents' label, with the binary's ("baseline") if not the current one.
+    label: String,
+    measure: Measure,
+}
+
+/// What one run measured.
+#[derive(Default, Clone)]
+struct Measure {
+    seconds: f64,
+    link_packets: u64,
+    link_bytes: u64,
+    events: u64,
+    lost: u64,
+    /// CPU time the agents spent in user space and in system calls while recording.
+    agent_cpu_s: f64,
+    bpf_runs: u64,
+    bpf_run_time_ns: u64,
+}
+
+impl Measure {
+    fn pps(&self) -> f64 {
+        self.link_packets as f64 / self.seconds
+    }
+    fn gbps(&self) -> f64 {
+        self.link_bytes as f64 * 8.0 / self.seconds / 1e9
+    }
+}
+
+impl CaptureOptions {
+    /// Checks the options and the host (root); to be called before building anything.
+    pub fn check(&self) -> Result<()> {
+        ensure!(
+            crate::is_root(),
+            "the capture benchmark needs root (namespaces, eBPF)"
+        );
+        ensure!(self.duration > 0, "--duration must be at least 1 s");
+        if let Some(b) = &self.baseline_agent {
+            ensure!(
+                b.is_file(),
+                "--baseline-agent {}: no such file",
+                b.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Runs the benchmark with the agent binary `agent` (and the baseline's, if any); prints the
+    /// table and writes it to `out_dir/capture.md` (the traces go there too while measured).
+    pub fn run(&self, agent: &Path, out_dir: &Path) -> Result<()> {
+        self.check()?;
+        fs::create_dir_all(out_dir)
+            .with_context(|| format!("cannot create {}", out_dir.display()))?;
+        let mut binaries = vec![(agent, "")];
+        if let Some(b) = &self.baseline_agent {
+            binaries.push((b.as_path(), ", baseline"));
+        }
+
+        let link = VethPair::new(&unique_name("b"), ADDR, None)?;
+        let _stats = BpfStats::enable()?;
+        let mut rows = Vec::new();
+        for (i, scenario) in SCENARIOS.iter().enumerate() {
+            let traces = [0, 1].map(|n| out_dir.join(format!("capture-{i}-{n}.trace")));
+            let mut runs = Vec::new();
+            for (j, agents) in [Agents::None, Agents::PerNamespace, Agents::OneAllNetns]
+                .into_iter()
+                .enumerate()
+            {
+                // Without agents there is nothing to compare; with agents, each binary in turn,
+                // which one first alternating from one run to the next (rows keep their order).
+                let bins = if agents == Agents::None {
+                    &binaries[..1]
+                } else {
+                    &binaries[..]
+                };
+                let mut measured = Vec::new();
+                for k in 0..bins.len() {
+                    let b = (k + i + j) % bins.len();
+                    let (bin, which) = bins[b];
+                    let label = format!("{}{which}", agents.label());
+                    eprintln!("bench: {}, agents: {label}", scenario.name);
+                    let measure = self.measure(&link, scenario, agents, bin, &traces)?;
+                    let run = Run {
+                        agents,
+                        label,
+                        measure,
+                    };
+                    measured.push((b, run));
+                }
+                measured.sort_by_key(|&(b, _)| b);
+                runs.extend(measured.into_iter().map(|(_, run)| run));
+            }
+            if !self.keep_traces {
+                for t in &traces {
+                    let _ = fs::remove_file(t);
+                }
+            }
+            rows.push((scenario.name, runs));
+        }
+        let table = self.table(&rows);
+        println!("{table}");
+        let path = out_dir.join("capture.md");
+        fs::write(&path, &table).with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("bench: table written to {}", path.display());
+        Ok(())
+    }
+
+    /// One iperf3 run with the given agents (binary `bin`, writing to `traces`).
+    fn measure(
+        &self,
+        link: &VethPair,
+        scenario: &Scenario,
+        agents: Agents,
+        bin: &Path,
+        traces: &[PathBuf; 2],
+    ) -> Result<Measure> {
+        // An agent replacing the previous run's file would pay for freeing its pages.
+        for t in traces {
+            let _ = fs::remove_file(t);
+        }
+        let start = |ns: &Netns, trace: &Path, all_netns: bool| {
+            let mut cmd = record_command(bin, Some(ns), trace);
+            cmd.arg("--force");
+            if all_netns {
+                cmd.arg("--all-netns");
+            }
+            if let Some(size) = self.ring_size {
+                cmd.args(["--ring-size", &size.to_string()]);
+            }
+            Agent::start(cmd)
+        };
+        let mut running = Vec::new();
+        match agents {
+            Agents::None => {}
+            Agents::PerNamespace => {
+                for (ns, trace) in link.ns.iter().zip(traces) {
+                    running.push(start(ns, trace, false)?);
+                }
+            }
+            Agents::OneAllNetns => running.push(start(&link.ns[0], &traces[0], true)?),
+        }
+        let mut server = link.ns[0]
+            .command("iperf3")
+            .args(["-s", "-1", "-p", "5201"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start iperf3 (cargo xtask setup installs it)")?;
+        thread::sleep(Duration::from_millis(500));
+        let counters_before = link.counters()?;
+        let started = Instant::now();
+        let client = link.ns[1]
+            .command("iperf3")
+            .args(["-c", ADDR[0], "-p", "5201"])
+            .args(["-t", &self.duration.to_string()])
+            .args(scenario.iperf_args)
+            .output()
+            .context("cannot run the iperf3 client")?;
+        let seconds = started.elapsed().as_secs_f64();
+        let counters_after = link.counters()?;
+        let _ = server.wait();
+        if !client.status.success() {
+            bail!(
+                "iperf3 client failed: {}",
+                String::from_utf8_lossy(&client.stderr)
+            );
+        }
+        let mut m = Measure {
+            seconds,
+            link_packets: counters_after.0 - counters_before.0,
+            link_bytes: counters_after.1 - counters_before.1,
+            ..Measure::default()
+        };
+        // The programs' statistics must be read while they are still loaded.
+        let mut ours = std::collections::BTreeSet::new();
+        for agent in &running {
+            ours.extend(agent.program_ids()?);
+        }
+        for p in crate::programs()? {
+            if ours.contains(&p.id) {
+                m.bpf_runs += p.run_cnt;
+                m.bpf_run_time_ns += p.run_time_ns;
+            }
+        }
+        for agent in running {
+            m.agent_cpu_s += agent.cpu_seconds()?;
+            let stopped = agent.stop()?;
+            ensure!(
+                stopped.status.success(),
+                "tsync-agent failed: {}\n{}",
+                stopped.status,
+                stopped.stderr
+            );
+            let (events, lost) = stopped
+                .summary()
+                .with_context(|| format!("no summary from tsync-agent: {}", stopped.stdout))?;
+            m.events += events;
+            m.lost += lost;
+        }
+        Ok(m)
+    }
+
+    fn table(&self, rows: &[(&str, Vec<Run>)]) -> String {
+        let mut t = String::new();
+        let _ = writeln!(
+            t,
+            "## Capture benchmark ({} s of iperf3 per run, {} CPUs, kernel {}, load average {})\n",
+            self.duration,
+            thread::available_parallelism().map_or(0, |n| n.get()),
+            fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim(),
+            fs::read_to_string("/proc/loadavg")
+                .unwrap_or_default()
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let _ = writeln!(
+            t,
+            "| traffic | agents | link packets/s | link Gbit/s | vs. no agent | events/s written | events lost | BPF ns per hook run | BPF ns per event | agent CPU ns per event |"
+        );
+        let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for (name, runs) in rows {
+            let base_pps = runs[0].measure.pps().max(1.0);
+            for Run {
+                agents,
+                label,
+                measure: m,
+            } in runs
+            {
+                if *agents == Agents::None {
+                    let _ = writeln!(
+                        t,
+                        "| {name} | {label} | {:.0} | {:.2} | 1.00 | – | – | – | – | – |",
+                        m.pps(),
+                        m.gbps()
+                    );
+                    continue;
+                }
+                let per_run = m.bpf_run_time_ns as f64 / m.bpf_runs.max(1) as f64;
+                let per_event = m.bpf_run_time_ns as f64 / m.events.max(1) as f64;
+                let _ = writeln!(
+                    t,
+                    "| {name} | {label} | {:.0} | {:.2} | {:.2} | {:.0} | {} | {:.0} | {:.0} | {:.0} |",
+                    m.pps(),
+                    m.gbps(),
+                    m.pps() / base_pps,
+                    m.events as f64 / m.seconds,
+                    m.lost,
+                    per_run,
+                    per_event,
+                    m.agent_cpu_s * 1e9 / m.events.max(1) as f64
+                );
+            }
+        }
+        let _ = writeln!(
+            t,
+            "\nLink packets count both directions at one veth end. An agent's programs run for \
+             every packet of the host (the namespace filter is in the program): with one agent \
+             per namespace a packet costs 4 hook runs (send and receive, in two agents) of which \
+             2 record; with one `--all-netns` agent, 2 hook runs that both record, so its \
+             \"BPF ns per hook run\" is the cost of one recorded event. \"BPF ns per event\" \
+             is all in-kernel time divided by the events written. The kernel's statistics add \
+             their own clock reads to every run. \"Agent CPU ns per event\" is the agents' user \
+             and system time while recording (draining the ring buffer, sorting, writing the \
+             file) divided by the events written: one core drains 10⁹ / that many events per \
+             second."
+        );
+        if let Some(b) = &self.baseline_agent {
+            let _ = writeln!(
+                t,
+                "\nRows marked \"baseline\" ran `{}` right before or after the current agent (the \
+                 order alternates), in the same conditions.",
+                b.display()
+            );
+        }
+        t
+    }
+}
+
+/// Turns the kernel's BPF run-time statistics on; restores the old setting on drop.
+struct BpfStats(String);
+
+const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStats {
+    fn enable() -> Result<Self> {
+        let old =
+            fs::read_to_string(BPF_STATS).with_context(|| format!("cannot read {BPF_STATS}"))?;
+        fs::write(BPF_STATS, "1").with_context(|| format!("cannot write {BPF_STATS}"))?;
+        Ok(Self(old.trim().to_string()))
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = fs::write(BPF_STATS, &self.0);
+    }
+}
