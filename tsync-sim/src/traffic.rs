@@ -232,3 +232,49 @@ impl Flows {
         event
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn an_exchange_is_request_response_ack_in_time_and_sequence_order() {
+        let config = SimConfig::default();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let mut conns = connections(&config, &mut rng);
+        assert_eq!(conns.len(), config.nodes * (config.nodes - 1) / 2);
+        let c = &mut conns[0];
+        let mut start = 1e9;
+        for _ in 0..1000 {
+            let [req, resp, ack] = c.exchange(start, &mut rng);
+            for p in [&req, &resp, &ack] {
+                let floor = config.min_delay_us * 1e3;
+                assert!(p.received - p.sent >= floor && p.received - p.sent <= 20e6);
+            }
+            // The response leaves after the request arrived, the ACK after the response did.
+            assert!(resp.sent > req.received && ack.sent > resp.received);
+            assert_eq!((req.from, req.to, resp.from, resp.to), (0, 1, 1, 0));
+            // The response acknowledges the whole request; the ACK the whole response.
+            let req_len = u32::from(req.event.tot_len - 52);
+            assert_eq!(resp.event.ack_seq, req.event.seq.wrapping_add(req_len));
+            let resp_len = u32::from(resp.event.tot_len - 52);
+            assert_eq!(ack.event.ack_seq, resp.event.seq.wrapping_add(resp_len));
+            assert_eq!(ack.event.seq, resp.event.ack_seq);
+            start = ack.received + c.next_start(&mut rng);
+        }
+    }
+
+    #[test]
+    fn flows_acknowledge_only_what_has_arrived() {
+        let mut flows = Flows::default();
+        // 0 → 1 at t = 0 arriving at 10; 1 → 0 at 5 (nothing arrived yet) and at 20 (it has).
+        let a = flows.segment(0, 1, 0.0, 10.0);
+        let b = flows.segment(1, 0, 5.0, 15.0);
+        let c = flows.segment(1, 0, 20.0, 30.0);
+        assert_eq!((a.seq, b.ack_seq, c.ack_seq), (0, 0, 100));
+        assert_eq!((b.seq, c.seq), (0, 100));
+        assert_eq!((a.source, a.dest), (b.dest, b.source));
+        assert_eq!(&a.saddr[..4], &address(0).octets());
+    }
+}

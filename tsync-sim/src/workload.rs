@@ -218,3 +218,48 @@ impl Workload {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tsync_common::format::TraceReader;
+
+    #[test]
+    fn messages_respect_the_delay_and_the_files_hold_every_one_in_order() {
+        let w = Workload::benchmark(3, 20_000, 9);
+        let (mut last, mut n) = (0.0, 0);
+        w.generate_timed(|m, sent, arrived| {
+            assert!(sent >= last, "true send order");
+            last = sent;
+            let delay = arrived - sent;
+            assert!(
+                delay >= w.delay.min_ns && delay <= w.delay.max_ns,
+                "{delay}"
+            );
+            assert_eq!(m.send_ns, w.clocks[m.send_trace as usize].local(sent));
+            assert_eq!(m.recv_ns, w.clocks[m.recv_trace as usize].local(arrived));
+            n += 1;
+        });
+        assert_eq!(n, w.messages);
+        let dir = tempfile::tempdir().unwrap();
+        let mut events = 0;
+        for path in w.write_traces(dir.path()).unwrap() {
+            let mut reader = TraceReader::open(&path).unwrap();
+            let mut previous = 0;
+            while let Some(chunk) = reader.next_events().unwrap() {
+                for e in chunk {
+                    assert!(e.ts_ns >= previous, "time order in {}", path.display());
+                    previous = e.ts_ns;
+                    events += 1;
+                }
+            }
+            assert!(reader.damage().is_none());
+            assert!(reader.clock_samples().len() >= 2, "a sample per second");
+        }
+        assert_eq!(events, 2 * w.messages);
+        let mut text = Vec::new();
+        w.write_text(&mut text).unwrap();
+        let lines = String::from_utf8(text).unwrap().lines().count() as u64;
+        assert_eq!(lines, 2 + w.messages);
+    }
+}
