@@ -74,8 +74,11 @@ pub enum Crystal {
     /// random curve that moves by about the configured ppm per hour; RAW is its exact
     /// integral, `offset + T + (drift·T + Σ aᵢ·pᵢ/2π·(cos φᵢ − cos(2πT/pᵢ + φᵢ)))·10⁻⁶`.
     Wander {
+        /// RAW − boot at true time 0, ns.
         offset_ns: f64,
+        /// The mean frequency error, ppm.
         drift_ppm: f64,
+        /// The frequency's sinusoidal terms.
         waves: Vec<Wave>,
     },
 }
@@ -83,8 +86,11 @@ pub enum Crystal {
 /// One sinusoidal term of a wandering crystal's frequency.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq)]
 pub struct Wave {
+    /// Amplitude, ppm.
     pub amplitude_ppm: f64,
+    /// Period, s.
     pub period_s: f64,
+    /// Phase at true time 0, rad.
     pub phase_rad: f64,
 }
 
@@ -194,6 +200,7 @@ pub struct Slew {
     /// RAW − boot and MONO − boot at `start_ns`: MONO is continuous across slews, and storing
     /// both makes each piece evaluate (and invert) on its own, exactly.
     pub raw_ns: f64,
+    /// See `raw_ns`.
     pub mono_ns: f64,
     /// Total correction (ppm), a multiple of 2⁻¹⁶ ppm: the kernel's resolution (`timex.freq`).
     pub ppm: f64,

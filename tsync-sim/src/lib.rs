@@ -18,6 +18,7 @@
 //! otherwise: the analyzer's own tests take it as a dev-dependency, and a normal dependency the
 //! other way would put two copies of the analyzer's types in its unit-test binary. Messages
 //! come out as this crate's own [`Message`].
+#![warn(missing_docs)]
 
 pub mod agent;
 #[cfg(feature = "bench")]

@@ -68,10 +68,15 @@ pub struct Connection {
 
 /// One packet of an exchange: its digest, who sent it when and who received it when (true ns).
 pub struct SimPacket {
+    /// Sending node.
     pub from: usize,
+    /// Receiving node.
     pub to: usize,
+    /// True send time, ns.
     pub sent: f64,
+    /// True arrival time, ns.
     pub received: f64,
+    /// The digest (time, direction, interface and CPU filled in per event).
     pub event: PacketEvent,
 }
 

@@ -28,6 +28,7 @@ const TIME_ERROR: i32 = 5;
 
 /// One round of the agent's sampling timer.
 pub struct Reading {
+    /// The clock sample.
     pub sample: ClockSample,
     /// The kernel's discipline, when it differs from the one last written.
     pub kernel: Option<KernelClock>,

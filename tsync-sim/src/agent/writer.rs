@@ -37,12 +37,15 @@ impl PartialOrd for Pending {
 pub struct Written {
     /// Events, and how many of them are sends.
     pub events: u64,
+    /// Send events among them.
     pub sent: u64,
     /// Local times of the first and last events (0 when there are none).
     pub first_ns: u64,
+    /// See `first_ns`.
     pub last_ns: u64,
     /// Clock samples and kernel clock states.
     pub samples: u64,
+    /// See `samples`.
     pub kernel_states: u64,
 }
 

@@ -32,8 +32,11 @@ impl Input {
 /// How well one node was brought onto its reference's timebase by one algorithm.
 #[derive(Debug, Clone)]
 pub struct NodeAccuracy {
+    /// The node's name.
     pub node: String,
+    /// Its reference's name.
     pub reference: String,
+    /// Whether the analyzer synchronized it.
     pub synchronized: bool,
     /// Quality of the pair (reference, node) when they exchanged messages directly.
     pub quality: Option<String>,
@@ -52,6 +55,7 @@ pub struct NodeAccuracy {
     /// Largest |corrected − true| over the checked points (ns), and where (seconds after the
     /// node's first event).
     pub max_error_ns: f64,
+    /// See `max_error_ns`.
     pub max_error_at_s: f64,
     /// Widest guaranteed interval at the checked points (ns; 0 when there is none).
     pub max_width_ns: f64,
