@@ -54,8 +54,6 @@ mod input;
 mod matching;
 mod model;
 pub mod output;
-#[cfg(any(test, feature = "synth"))]
-pub mod synth;
 mod timeline;
 
 pub use apply::{ApplyError, ApplySummary, CommonTimebase, Mapped, NodeClock, NodeMapper};

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use tsync_analyze::synth::{Clock, DelayTail, Workload};
+use tsync_sim::{Delay, DelayTail, LinearClock, Workload};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tsync-analyze"))
@@ -202,11 +202,11 @@ fn every_format_gives_exactly_the_map_sync_reports() {
 fn two_traces(dir: &Path) -> (Vec<PathBuf>, Workload) {
     let w = Workload {
         clocks: vec![
-            Clock {
+            LinearClock {
                 offset_ns: 2e9,
                 drift_ppm: 30.0,
             },
-            Clock {
+            LinearClock {
                 offset_ns: 9e9,
                 drift_ppm: -40.0,
             },
@@ -215,9 +215,11 @@ fn two_traces(dir: &Path) -> (Vec<PathBuf>, Workload) {
         messages: 40_000,
         start_ns: 10e9,
         interval_ns: 500_000.0,
-        min_delay_ns: 20_000.0,
-        tail: DelayTail::Exponential { mean_ns: 30_000.0 },
-        max_extra_ns: 1e6,
+        delay: Delay {
+            min_ns: 20_000.0,
+            tail: DelayTail::Exponential { mean_ns: 30_000.0 },
+            max_ns: 1_020_000.0,
+        },
         seed: 5,
     };
     (w.write_traces(dir).unwrap(), w)

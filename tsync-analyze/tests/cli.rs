@@ -185,19 +185,19 @@ fn linreg_runs_on_text_inputs() {
 
 #[test]
 fn trace_files_by_name_and_reference_by_name() {
-    use tsync_analyze::synth::{Clock, DelayTail, Workload};
+    use tsync_sim::{Delay, DelayTail, LinearClock, Workload};
     let d = tempfile::tempdir().unwrap();
     let w = Workload {
         clocks: vec![
-            Clock {
+            LinearClock {
                 offset_ns: 1e9,
                 drift_ppm: 50.0,
             },
-            Clock {
+            LinearClock {
                 offset_ns: 2e9,
                 drift_ppm: -50.0,
             },
-            Clock {
+            LinearClock {
                 offset_ns: 3e9,
                 drift_ppm: 0.0,
             },
@@ -206,9 +206,11 @@ fn trace_files_by_name_and_reference_by_name() {
         messages: 5000,
         start_ns: 20e9,
         interval_ns: 100_000.0,
-        min_delay_ns: 20_000.0,
-        tail: DelayTail::Exponential { mean_ns: 20_000.0 },
-        max_extra_ns: 1e6,
+        delay: Delay {
+            min_ns: 20_000.0,
+            tail: DelayTail::Exponential { mean_ns: 20_000.0 },
+            max_ns: 1_020_000.0,
+        },
         seed: 5,
     };
     let paths = w.write_traces(d.path()).unwrap();

@@ -9,9 +9,9 @@ use serde_json::Value;
 
 mod common;
 use common::{epoch_ns, lttv, tshark};
-use tsync_analyze::synth::{Clock, DelayTail, Workload};
 use tsync_common::format::{Footer, Header, TraceWriter};
 use tsync_common::{ETH_P_IP, IPPROTO_TCP, PacketEvent, direction, kind, tcp_flag};
+use tsync_sim::{Delay, DelayTail, LinearClock, Workload};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tsync-analyze"))
@@ -145,15 +145,15 @@ fn write_traces(dir: &Path, offsets: &[i64], messages: &[Msg]) -> Vec<String> {
 /// Three nodes with linear clocks (hours apart) talking over every pair: an accurate hull.
 fn linear_workload(dir: &Path) -> (Vec<String>, u64) {
     let clocks = vec![
-        Clock {
+        LinearClock {
             offset_ns: 5_000e9,
             drift_ppm: 120.0,
         },
-        Clock {
+        LinearClock {
             offset_ns: 9_000e9,
             drift_ppm: -80.0,
         },
-        Clock {
+        LinearClock {
             offset_ns: 3e9,
             drift_ppm: 10.0,
         },
@@ -164,9 +164,11 @@ fn linear_workload(dir: &Path) -> (Vec<String>, u64) {
         messages: 3000,
         start_ns: 20e9,
         interval_ns: 200_000.0,
-        min_delay_ns: 20_000.0,
-        tail: DelayTail::Exponential { mean_ns: 40_000.0 },
-        max_extra_ns: 5_000_000.0,
+        delay: Delay {
+            min_ns: 20_000.0,
+            tail: DelayTail::Exponential { mean_ns: 40_000.0 },
+            max_ns: 5_020_000.0,
+        },
         seed: 7,
     };
     let paths = w.write_traces(dir).unwrap();

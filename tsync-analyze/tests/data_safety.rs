@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use tsync_analyze::synth::{Clock, DelayTail, Workload};
+use tsync_sim::{Delay, DelayTail, LinearClock, Workload};
 
 mod common;
 use common::lttv;
@@ -60,11 +60,11 @@ fn s(p: &Path) -> String {
 fn two_traces(dir: &Path) -> Vec<PathBuf> {
     Workload {
         clocks: vec![
-            Clock {
+            LinearClock {
                 offset_ns: 2e9,
                 drift_ppm: 30.0,
             },
-            Clock {
+            LinearClock {
                 offset_ns: 9e9,
                 drift_ppm: -40.0,
             },
@@ -73,9 +73,11 @@ fn two_traces(dir: &Path) -> Vec<PathBuf> {
         messages: 2000,
         start_ns: 10e9,
         interval_ns: 500_000.0,
-        min_delay_ns: 20_000.0,
-        tail: DelayTail::Exponential { mean_ns: 30_000.0 },
-        max_extra_ns: 1e6,
+        delay: Delay {
+            min_ns: 20_000.0,
+            tail: DelayTail::Exponential { mean_ns: 30_000.0 },
+            max_ns: 1_020_000.0,
+        },
         seed: 5,
     }
     .write_traces(dir)

@@ -3,11 +3,13 @@
 //! never wider than the path's, contradictions are named, and two traces give exactly the path
 //! result.
 
-use proptest::prelude::*;
-use tsync_analyze::synth::{Clock, DelayTail, Workload};
-use tsync_analyze::{Message, ReductionChoice, SyncOptions, SyncResult, sync_messages};
+mod common;
 
-const PERFECT: Clock = Clock {
+use proptest::prelude::*;
+use tsync_analyze::{Message, ReductionChoice, SyncOptions, SyncResult, sync_messages};
+use tsync_sim::{Delay, DelayTail, LinearClock, Workload};
+
+const PERFECT: LinearClock = LinearClock {
     offset_ns: 0.0,
     drift_ppm: 0.0,
 };
@@ -18,7 +20,7 @@ fn names(n: usize) -> Vec<String> {
 
 fn run(w: &Workload, reduction: ReductionChoice) -> SyncResult {
     let mut v = Vec::new();
-    w.generate(|m, _| v.push(m));
+    w.generate(|m, _| v.push(common::message(m)));
     let options = SyncOptions {
         reduction,
         ..Default::default()
@@ -119,7 +121,7 @@ fn two_traces_give_exactly_the_path_result() {
 fn the_result_does_not_depend_on_the_reference_but_for_the_frame() {
     let w = Workload::benchmark(6, 100_000, 9);
     let mut v = Vec::new();
-    w.generate(|m, _| v.push(m));
+    w.generate(|m, _| v.push(common::message(m)));
     let r0 = sync_messages(&names(6), v.clone(), &SyncOptions::default(), Some(0));
     let r3 = sync_messages(&names(6), v, &SyncOptions::default(), Some(3));
     // Trace 5 onto trace 4, through either frame.
@@ -143,13 +145,16 @@ fn contradicting_pairs_are_named() {
         messages: 30_000,
         start_ns: 20e9,
         interval_ns: 100_000.0,
-        min_delay_ns: 20_000.0,
-        tail: DelayTail::Exponential { mean_ns: 30_000.0 },
-        max_extra_ns: 5_000_000.0,
+        delay: Delay {
+            min_ns: 20_000.0,
+            tail: DelayTail::Exponential { mean_ns: 30_000.0 },
+            max_ns: 5_020_000.0,
+        },
         seed: 4,
     };
     let mut v: Vec<Message> = Vec::new();
-    w.generate(|mut m, _| {
+    w.generate(|m, _| {
+        let mut m = common::message(m);
         if (m.send_trace, m.recv_trace) == (1, 2) || (m.send_trace, m.recv_trace) == (2, 1) {
             if m.recv_trace == 2 {
                 m.recv_ns += 1_000_000;
@@ -183,7 +188,7 @@ fn where_a_pair_falls_silent_the_network_still_bounds_its_traces() {
             m.send_trace.max(m.recv_trace),
         );
         if pair != (0, 1) || t < half {
-            v.push(m)
+            v.push(common::message(m))
         }
     });
     let r = sync_messages(&names(3), v, &SyncOptions::default(), Some(0));

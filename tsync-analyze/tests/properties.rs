@@ -1,12 +1,14 @@
 //! Property tests on simulated linear clocks: random offsets (±10 s) and drifts (±200 ppm), random
 //! one-way delays of at least a minimum (exponential or heavy-tailed extra).
 
+mod common;
+
 use proptest::prelude::*;
-use tsync_analyze::synth::{Clock, DelayTail, Workload};
 use tsync_analyze::{Algorithm, Message, Quality, SyncOptions, sync_messages};
+use tsync_sim::{Delay, DelayTail, LinearClock, Workload};
 
 fn workload(
-    clocks: Vec<Clock>,
+    clocks: Vec<LinearClock>,
     links: Vec<(u32, u32)>,
     messages: u64,
     min_delay_ns: f64,
@@ -19,15 +21,17 @@ fn workload(
         messages,
         start_ns: 20e9,
         interval_ns: 1_000_000.0,
-        min_delay_ns,
-        tail,
-        max_extra_ns: 50_000_000.0,
+        delay: Delay {
+            min_ns: min_delay_ns,
+            tail,
+            max_ns: min_delay_ns + 50_000_000.0,
+        },
         seed,
     }
 }
 
-fn clock() -> impl Strategy<Value = Clock> {
-    (-10e9..10e9f64, -200.0..200.0f64).prop_map(|(offset_ns, drift_ppm)| Clock {
+fn clock() -> impl Strategy<Value = LinearClock> {
+    (-10e9..10e9f64, -200.0..200.0f64).prop_map(|(offset_ns, drift_ppm)| LinearClock {
         offset_ns,
         drift_ppm,
     })
@@ -49,7 +53,7 @@ fn names(n: usize) -> Vec<String> {
 /// directions interleave (otherwise `incomplete` is the right answer).
 fn messages_with_both_directions(w: &Workload) -> Vec<Message> {
     let mut v = Vec::new();
-    w.generate(|m, _| v.push(m));
+    w.generate(|m, _| v.push(common::message(m)));
     let (c0, c1) = (w.clocks[0], w.clocks[1]);
     let end = w.start_ns + w.interval_ns * 2.0 * w.messages as f64 + 1e6;
     for (t, s) in [
@@ -63,7 +67,7 @@ fn messages_with_both_directions(w: &Workload) -> Vec<Message> {
             send_trace: s,
             recv_trace: 1 - s,
             send_ns: cs.local(t),
-            recv_ns: cr.local(t + w.min_delay_ns + 500.0),
+            recv_ns: cr.local(t + w.delay.min_ns + 500.0),
         });
     }
     v
@@ -113,7 +117,7 @@ proptest! {
         let w = workload(vec![c0, c1], vec![(0, 1)], n, 10_000.0,
             DelayTail::Exponential { mean_ns: 10_000.0 }, seed);
         let mut msgs = Vec::new();
-        w.generate(|m, _| if m.send_trace == 0 { msgs.push(m) });
+        w.generate(|m, _| if m.send_trace == 0 { msgs.push(common::message(m)) });
         prop_assume!(!msgs.is_empty());
         let r = sync_messages(&names(2), msgs, &SyncOptions::default(), None);
         prop_assert_eq!(r.pair(0, 1).unwrap().quality, Quality::Absent);
@@ -146,15 +150,15 @@ proptest! {
 #[test]
 fn chain_composes_through_the_middle_trace() {
     let clocks = vec![
-        Clock {
+        LinearClock {
             offset_ns: 3e9,
             drift_ppm: 150.0,
         },
-        Clock {
+        LinearClock {
             offset_ns: -7e9,
             drift_ppm: -120.0,
         },
-        Clock {
+        LinearClock {
             offset_ns: 9e9,
             drift_ppm: 80.0,
         },
@@ -168,7 +172,7 @@ fn chain_composes_through_the_middle_trace() {
         7,
     );
     let mut msgs = Vec::new();
-    w.generate(|m, _| msgs.push(m));
+    w.generate(|m, _| msgs.push(common::message(m)));
     for reference in [None, Some(0), Some(2)] {
         let r = sync_messages(
             &names(3),
@@ -212,7 +216,7 @@ fn chain_composes_through_the_middle_trace() {
 #[test]
 fn disconnected_groups_get_their_own_reference() {
     let clocks = (0..5)
-        .map(|i| Clock {
+        .map(|i| LinearClock {
             offset_ns: i as f64 * 1e9,
             drift_ppm: i as f64 * 10.0,
         })
@@ -226,7 +230,7 @@ fn disconnected_groups_get_their_own_reference() {
         11,
     );
     let mut msgs = Vec::new();
-    w.generate(|m, _| msgs.push(m));
+    w.generate(|m, _| msgs.push(common::message(m)));
     let r = sync_messages(&names(5), msgs, &SyncOptions::default(), Some(3));
     let g: Vec<u32> = r.traces.iter().map(|t| t.group).collect();
     assert_eq!(g, vec![0, 0, 1, 1, 2]);

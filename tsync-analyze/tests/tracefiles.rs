@@ -3,15 +3,15 @@
 
 use std::path::Path;
 
-use tsync_analyze::synth::{Clock, DelayTail, Workload};
 use tsync_analyze::{
     Algorithm, InputSet, MatchOptions, MatchedMessage, Message, MessageSink, Origin, Quality,
     SyncOptions, SyncResult, sync,
 };
 use tsync_common::format::{ClockSample, Footer, Header, TraceWriter};
 use tsync_common::{PacketEvent, direction, kind, tcp_flag};
+use tsync_sim::{Delay, DelayTail, LinearClock, Workload};
 
-fn workload(clocks: Vec<Clock>, messages: u64) -> Workload {
+fn workload(clocks: Vec<LinearClock>, messages: u64) -> Workload {
     let n = clocks.len() as u32;
     let links = (0..n)
         .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
@@ -22,9 +22,11 @@ fn workload(clocks: Vec<Clock>, messages: u64) -> Workload {
         messages,
         start_ns: 20e9,
         interval_ns: 200_000.0,
-        min_delay_ns: 20_000.0,
-        tail: DelayTail::Exponential { mean_ns: 40_000.0 },
-        max_extra_ns: 5_000_000.0,
+        delay: Delay {
+            min_ns: 20_000.0,
+            tail: DelayTail::Exponential { mean_ns: 40_000.0 },
+            max_ns: 5_020_000.0,
+        },
         seed: 42,
     }
 }
@@ -40,17 +42,17 @@ impl MessageSink for Collect {
 }
 
 /// Three nodes booted hours apart, with drifts of +120, −80 and +10 ppm.
-fn booted_hours_apart() -> Vec<Clock> {
+fn booted_hours_apart() -> Vec<LinearClock> {
     vec![
-        Clock {
+        LinearClock {
             offset_ns: 5_000e9,
             drift_ppm: 120.0,
         },
-        Clock {
+        LinearClock {
             offset_ns: 90_000e9,
             drift_ppm: -80.0,
         },
-        Clock {
+        LinearClock {
             offset_ns: 3e9,
             drift_ppm: 10.0,
         },
@@ -58,7 +60,7 @@ fn booted_hours_apart() -> Vec<Clock> {
 }
 
 /// Every pair accurate, with the true mapping inside the guaranteed interval at every hull point.
-fn assert_accurate_around_the_truth(r: &SyncResult, clocks: &[Clock]) {
+fn assert_accurate_around_the_truth(r: &SyncResult, clocks: &[LinearClock]) {
     for p in &r.pairs {
         assert_eq!(p.quality, Quality::Accurate);
         let acc = p.accuracy.as_ref().unwrap();

@@ -13,26 +13,15 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
-use tsync_analyze::{InputSet, MatchOptions, MatchedMessage, MessageSink};
-use tsync_common::format::{
-    ClockSample, Footer, KernelClock, LostCounts, TraceReader, TraceWriter,
-};
+use tsync_sim::corpus::Seeds;
+pub use tsync_sim::corpus::TARGETS;
 
 use crate::setup::run;
 
-/// The fuzz targets (`fuzz/fuzz_targets/NAME.rs`).
-pub const TARGETS: &[&str] = &["trace_reader", "text_parser", "sync_pipeline"];
 /// libFuzzer's memory limit: going past it is a bug (an allocation sized by the input).
 const RSS_LIMIT_MB: u32 = 2048;
 /// Seconds one input may take before libFuzzer reports a hang (inputs are a few KiB).
 const TIMEOUT_S: u32 = 10;
-/// The largest seed: bigger files are cut (a cut trace file is a valid input too).
-const MAX_SEED_BYTES: usize = 32 << 10;
-/// Options of `sync_pipeline`'s input (first byte; `fuzz/src/lib.rs`).
-const OPT_LINREG: u8 = 1;
-const OPT_ONE_FILE: u8 = 2;
-const OPT_REFERENCE: u8 = 4;
-const OPT_REPAIR: u8 = 16;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -284,19 +273,17 @@ fn dir_size(dir: &Path) -> (u64, u64) {
     })
 }
 
-/// Writes the seeds of every target into its corpus (named `seed-*`, rewritten every run).
+/// Writes the seeds of every target (`tsync_sim::corpus`) into its corpus (named `seed-*`,
+/// rewritten every run).
 fn seed_corpora(root: &Path, targets: &[&str]) -> Result<()> {
     let seeds = Seeds::make(root)?;
     for &target in targets {
         let dir = corpus_dir(root, target);
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
-        let list = match target {
-            "trace_reader" => &seeds.trace_reader,
-            "text_parser" => &seeds.text_parser,
-            "sync_pipeline" => &seeds.sync_pipeline,
-            other => bail!("no seeds for fuzz target {other}"),
-        };
+        let list = seeds
+            .of(target)
+            .with_context(|| format!("no seeds for fuzz target {target}"))?;
         for (name, bytes) in list {
             let path = dir.join(format!("seed-{name}"));
             std::fs::write(&path, bytes)
@@ -305,290 +292,6 @@ fn seed_corpora(root: &Path, targets: &[&str]) -> Result<()> {
         eprintln!("fuzz: {target}: {} seeds in {}", list.len(), dir.display());
     }
     Ok(())
-}
-
-/// Seed inputs per target.
-struct Seeds {
-    trace_reader: Vec<(String, Vec<u8>)>,
-    text_parser: Vec<(String, Vec<u8>)>,
-    sync_pipeline: Vec<(String, Vec<u8>)>,
-}
-
-impl Seeds {
-    fn make(root: &Path) -> Result<Seeds> {
-        let scratch = std::env::temp_dir().join(format!("tsync-fuzz-seeds-{}", std::process::id()));
-        let result = Seeds::make_in(root, &scratch);
-        let _ = std::fs::remove_dir_all(&scratch);
-        result
-    }
-
-    fn make_in(root: &Path, scratch: &Path) -> Result<Seeds> {
-        // Simulated traces: small (3 nodes, a quarter of a second: a few KiB each) but real,
-        // with messages that match across the files.
-        let mut config = crate::defaults::<crate::simulate::SimConfig>()?;
-        config.nodes = 3;
-        config.duration = 0.25;
-        config.rate = 40.0;
-        config.seed = 7;
-        let truth = crate::simulate::simulate(&config, scratch)?;
-        let mut traces = Vec::new();
-        for node in &truth.nodes {
-            let bytes = std::fs::read(&node.file)
-                .with_context(|| format!("cannot read {}", node.file.display()))?;
-            traces.push(cut(bytes));
-        }
-        // The simulator writes neither clock samples nor lost counts: the same events again, with
-        // both, as the agent writes them.
-        let rich: Vec<Vec<u8>> = truth
-            .nodes
-            .iter()
-            .map(|n| with_samples_and_losses(&n.file).map(cut))
-            .collect::<Result<_>>()?;
-        let mut texts = Vec::new();
-        let lttv = root.join("tsync-analyze/tests/data/lttv");
-        let mut names: Vec<PathBuf> = std::fs::read_dir(&lttv)
-            .with_context(|| format!("cannot list {}", lttv.display()))?
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "txt"))
-            .collect();
-        names.sort();
-        for path in &names {
-            let name = path.file_stem().unwrap_or_default().to_string_lossy();
-            let bytes =
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            texts.push((format!("lttv-{name}"), cut(bytes)));
-        }
-        // The simulated messages in the text format, nanoseconds exact (the parser's fast path).
-        let files: Vec<&Path> = truth.nodes.iter().map(|n| n.file.as_path()).collect();
-        let messages = cut(messages_text(&files)?);
-        texts.push(("simulated-messages".into(), messages.clone()));
-
-        let mut trace_reader = Vec::new();
-        for (k, t) in traces.iter().enumerate() {
-            trace_reader.push((format!("sim-node-{k}"), t.clone()));
-        }
-        for (k, t) in rich.iter().enumerate() {
-            trace_reader.push((format!("sim-node-{k}-samples-lost"), t.clone()));
-        }
-        // Cut short inside a chunk, and without its end chunk.
-        let r0 = &rich[0];
-        trace_reader.push(("cut-in-chunk".into(), r0[..r0.len() * 2 / 3].to_vec()));
-        trace_reader.push(("header-only".into(), header_only(r0)));
-        // As chunk lists (lengths and checksums filled in by the targets).
-        for (k, t) in rich.iter().enumerate() {
-            trace_reader.push((format!("chunks-sim-node-{k}"), chunk_list(t)));
-        }
-        // A version 1 file (32-byte samples without bracket), as a file and as a chunk list.
-        let old = version_1(&rich[1]);
-        trace_reader.push(("version-1-sim-node-1".into(), old.clone()));
-        trace_reader.push(("chunks-version-1-sim-node-1".into(), chunk_list(&old)));
-
-        let mut sync_pipeline = vec![
-            ("traces-0-1".into(), encode(0, &traces[0], &traces[1])),
-            (
-                "traces-1-2-reference".into(),
-                encode(OPT_REFERENCE, &traces[1], &traces[2]),
-            ),
-            (
-                "samples-0-2-linreg".into(),
-                encode(OPT_LINREG | OPT_REPAIR, &rich[0], &rich[2]),
-            ),
-            (
-                "chunks-0-1".into(),
-                encode(0, &chunk_list(&rich[0]), &chunk_list(&rich[1])),
-            ),
-            (
-                "version-1-and-2".into(),
-                encode(0, &version_1(&rich[0]), &rich[1]),
-            ),
-            ("trace-alone".into(), encode(OPT_ONE_FILE, &traces[0], &[])),
-            ("text-and-trace".into(), encode(0, &messages, &traces[2])),
-            (
-                "text-alone-linreg".into(),
-                encode(OPT_ONE_FILE | OPT_LINREG, &messages, &[]),
-            ),
-        ];
-        for (name, bytes) in &texts {
-            sync_pipeline.push((format!("text-{name}"), encode(OPT_ONE_FILE, bytes, &[])));
-        }
-        if let [(_, a), (_, b), ..] = &texts[..] {
-            sync_pipeline.push(("two-texts".into(), encode(0, a, b)));
-        }
-        Ok(Seeds {
-            trace_reader,
-            text_parser: texts,
-            sync_pipeline,
-        })
-    }
-}
-
-/// `sync_pipeline`'s input layout (`fuzz/src/lib.rs`, `SyncInput`): options, length of file A,
-/// file A, file B.
-fn encode(options: u8, a: &[u8], b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(5 + a.len() + b.len());
-    out.push(options);
-    out.extend_from_slice(&(a.len() as u32).to_le_bytes());
-    out.extend_from_slice(a);
-    out.extend_from_slice(b);
-    out
-}
-
-/// A trace file as the chunk list the targets rebuild it from (`build_trace` in
-/// `fuzz/src/lib.rs`): `CHUNKS` (`CHUNKSv1` for a version 1 file), then per chunk the separator,
-/// its kind as one byte and its payload. Stops at the first chunk cut short.
-fn chunk_list(trace: &[u8]) -> Vec<u8> {
-    let mut out = if trace.get(8..12) == Some(&1u32.to_le_bytes()[..]) {
-        b"CHUNKSv1".to_vec()
-    } else {
-        b"CHUNKS".to_vec()
-    };
-    let mut offset = 16;
-    while let Some(head) = trace.get(offset..offset + 16) {
-        let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
-        let (kind, len) = (word(0), word(4) as usize);
-        let Some(payload) = trace.get(offset + 16..offset + 16 + len) else {
-            break;
-        };
-        out.extend_from_slice(b"\xc4\xc4\xc4\xc4");
-        out.push(kind as u8);
-        out.extend_from_slice(payload);
-        offset += 16 + len.div_ceil(8) * 8;
-    }
-    out
-}
-
-/// At most [`MAX_SEED_BYTES`] of a seed.
-fn cut(mut bytes: Vec<u8>) -> Vec<u8> {
-    bytes.truncate(MAX_SEED_BYTES);
-    bytes
-}
-
-/// The preamble and header chunk of a trace file (its length read from the chunk header).
-fn header_only(trace: &[u8]) -> Vec<u8> {
-    let len = u32::from_le_bytes(trace[20..24].try_into().expect("4 bytes")) as usize;
-    let end = 32 + len.div_ceil(8) * 8;
-    trace[..end.min(trace.len())].to_vec()
-}
-
-/// The trace at `path` rewritten with bracketed clock samples (start, middle, end), kernel clock
-/// states and lost-event counters, as the agent writes them.
-fn with_samples_and_losses(path: &Path) -> Result<Vec<u8>> {
-    let mut reader = TraceReader::open(path)?;
-    let header = reader.header().clone();
-    let mut events = Vec::new();
-    while let Some(chunk) = reader.next_events()? {
-        events.extend_from_slice(chunk);
-    }
-    let sample = |mono: u64| ClockSample {
-        monotonic_ns: mono,
-        monotonic_raw_ns: mono,
-        realtime_ns: header
-            .start_realtime_ns
-            .saturating_add(mono as i64 - header.start_monotonic_ns as i64),
-        tsc: mono.wrapping_mul(3),
-        monotonic_after_ns: mono.saturating_add(47),
-    };
-    let kernel = |mono: u64, freq: i64| KernelClock {
-        monotonic_ns: mono,
-        freq,
-        offset: 0,
-        tick: 10_000,
-        status: 0x2001, // STA_PLL | STA_NANO
-        maxerror: 16_000,
-        state: 0,
-    };
-    let mut w = TraceWriter::new(Vec::new(), &header)?;
-    w.write_clock_sample(sample(header.start_monotonic_ns))?;
-    w.write_kernel_clock(kernel(header.start_monotonic_ns, 0))?;
-    let (first, second) = events.split_at(events.len() / 2);
-    w.write_events(first)?;
-    w.flush()?;
-    let lost = LostCounts {
-        send: 2,
-        recv: 1,
-        per_cpu: vec![[1, 1], [1, 0]],
-    };
-    w.write_lost(&lost)?;
-    if let Some(e) = second.first() {
-        w.write_clock_sample(sample(e.ts_ns))?;
-        w.write_kernel_clock(kernel(e.ts_ns, -65_536 * 12))?;
-    }
-    w.write_events(second)?;
-    let end = events.last().map_or(header.start_monotonic_ns, |e| e.ts_ns);
-    w.write_clock_sample(sample(end))?;
-    let footer = Footer {
-        events: events.len() as u64,
-        send_events: events.iter().filter(|e| e.direction == 0).count() as u64,
-        recv_events: events.iter().filter(|e| e.direction == 1).count() as u64,
-        lost,
-        end_realtime_ns: sample(end).realtime_ns,
-        end_monotonic_ns: end,
-    };
-    Ok(w.finish(&footer)?)
-}
-
-/// A trace file rewritten as format version 1 wrote it: version 1 in the preamble, clock
-/// samples as 32-byte records in kind-3 chunks (without the second monotonic reading), no
-/// kernel clock states; the other chunks as they are. Stops at the first chunk cut short.
-fn version_1(trace: &[u8]) -> Vec<u8> {
-    let mut out = trace[..16.min(trace.len())].to_vec();
-    if out.len() == 16 {
-        out[8..12].copy_from_slice(&1u32.to_le_bytes());
-    }
-    let mut offset = 16;
-    while let Some(head) = trace.get(offset..offset + 16) {
-        let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
-        let (kind, len, count) = (word(0), word(4) as usize, word(12));
-        let Some(payload) = trace.get(offset + 16..offset + 16 + len) else {
-            break;
-        };
-        offset += 16 + len.div_ceil(8) * 8;
-        let (kind, payload) = match kind {
-            6 => (
-                3,
-                payload
-                    .chunks_exact(40)
-                    .flat_map(|record| &record[..32])
-                    .copied()
-                    .collect(),
-            ),
-            7 => continue,
-            _ => (kind, payload.to_vec()),
-        };
-        for w in [kind, payload.len() as u32, crc32fast::hash(&payload), count] {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
-        out.extend_from_slice(&payload);
-        out.resize(out.len() + (8 - payload.len() % 8) % 8, 0);
-    }
-    out
-}
-
-/// The messages matched in trace files, in the text message format (`tsync-analyze messages`).
-fn messages_text(files: &[&Path]) -> Result<Vec<u8>> {
-    struct Lines(String);
-    impl MessageSink for Lines {
-        fn message(&mut self, m: &MatchedMessage<'_>) {
-            let m = m.message;
-            let s = &mut self.0;
-            s.push_str(&format!("{} {} ", m.send_trace, m.recv_trace));
-            tsync_analyze::text::format_seconds(m.send_ns, s);
-            s.push(' ');
-            tsync_analyze::text::format_seconds(m.recv_ns, s);
-            s.push('\n');
-        }
-        fn wants_events(&self) -> bool {
-            false
-        }
-    }
-    let inputs = InputSet::open(files)?;
-    let mut lines = Lines(format!(
-        "# simulated messages (cargo xtask fuzz seed)\n{}\n",
-        inputs.traces.len()
-    ));
-    inputs.for_each_message(&MatchOptions::default(), &mut lines, &mut |_| {})?;
-    Ok(lines.0.into_bytes())
 }
 
 #[cfg(test)]
@@ -670,62 +373,5 @@ mod tests {
             parse_output(out).failure.as_deref(),
             Some("out of memory: allocator is trying to allocate 0xe8d4a51000 bytes")
         );
-    }
-
-    #[test]
-    fn chunk_lists_hold_every_chunk() {
-        let header = tsync_common::format::Header {
-            node: "n".into(),
-            ..Default::default()
-        };
-        let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
-        w.write_event(&tsync_common::PacketEvent::default())
-            .unwrap();
-        let file = w.finish(&Footer::default()).unwrap();
-        let list = chunk_list(&file);
-        assert!(list.starts_with(b"CHUNKS\xc4\xc4\xc4\xc4\x01"));
-        let parts = list.windows(4).filter(|w| w == b"\xc4\xc4\xc4\xc4").count();
-        assert_eq!(parts, 3, "header, events, end");
-    }
-
-    #[test]
-    fn version_1_rewrites_samples_and_drops_kernel_states() {
-        let header = tsync_common::format::Header {
-            node: "n".into(),
-            ..Default::default()
-        };
-        let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
-        w.write_event(&tsync_common::PacketEvent::default())
-            .unwrap();
-        let sample = ClockSample {
-            monotonic_ns: 10,
-            monotonic_raw_ns: 7,
-            realtime_ns: 5,
-            tsc: 3,
-            monotonic_after_ns: 12,
-        };
-        w.write_clock_sample(sample).unwrap();
-        w.write_kernel_clock(KernelClock::default()).unwrap();
-        let file = w.finish(&Footer::default()).unwrap();
-        let old = version_1(&file);
-        let mut r = TraceReader::new(old.as_slice()).unwrap();
-        while r.next_events().unwrap().is_some() {}
-        assert_eq!(r.version(), 1);
-        assert!(r.damage().is_none(), "{:?}", r.damage());
-        assert!(r.kernel_clock().is_empty());
-        assert_eq!(
-            r.clock_samples(),
-            &[ClockSample {
-                monotonic_after_ns: 10,
-                ..sample
-            }]
-        );
-        assert!(chunk_list(&old).starts_with(b"CHUNKSv1\xc4\xc4\xc4\xc4\x01"));
-    }
-
-    #[test]
-    fn sync_seeds_follow_the_fuzz_targets_layout() {
-        let v = encode(OPT_LINREG | OPT_ONE_FILE, b"abc", b"de");
-        assert_eq!(v, [3, 3, 0, 0, 0, b'a', b'b', b'c', b'd', b'e']);
     }
 }

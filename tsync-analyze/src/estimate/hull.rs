@@ -254,7 +254,7 @@ mod tests {
 
     #[test]
     fn many_shuffled_points_give_the_exact_hull() {
-        let mut rng = crate::synth::Rng::new(3);
+        let mut rng = tsync_sim::SplitMix64::new(3);
         for round in 0..20 {
             let n = 20_000;
             let pts: Vec<Point> = (0..n)

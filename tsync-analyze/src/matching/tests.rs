@@ -305,7 +305,7 @@ proptest::proptest! {
 #[test]
 fn optimized_matcher_equals_the_reference_with_many_live_keys() {
     // Thousands of live keys: the index grows several times and wraps around.
-    let mut rng = crate::synth::Rng::new(11);
+    let mut rng = tsync_sim::SplitMix64::new(11);
     let mut t = 0i64;
     let inputs: Vec<Input> = (0..12_000)
         .map(|_| {

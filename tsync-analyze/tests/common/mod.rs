@@ -40,3 +40,14 @@ pub fn epoch_ns(s: &str) -> i128 {
     let frac = format!("{frac:0<9}");
     secs.parse::<i128>().unwrap() * 1_000_000_000 + frac[..9].parse::<i128>().unwrap()
 }
+
+/// A message of a `tsync_sim::Workload` as the analyzer's (tsync-sim, the analyzer's
+/// dev-dependency, does not depend on it and has its own plain type).
+pub fn message(m: tsync_sim::Message) -> tsync_analyze::Message {
+    tsync_analyze::Message {
+        send_trace: m.send_trace,
+        recv_trace: m.recv_trace,
+        send_ns: m.send_ns,
+        recv_ns: m.recv_ns,
+    }
+}

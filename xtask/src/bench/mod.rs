@@ -11,13 +11,12 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 
-use crate::{
-    simulate::{self, ClockKind, SimConfig},
-    util::{cargo, defaults, workspace_root},
-};
+use tsync_sim::{ClockKind, SimConfig, check, simulate};
+
+use crate::util::{cargo, defaults, workspace_root};
 
 pub mod analyze;
-mod apply;
+pub mod apply;
 pub mod capture;
 pub mod mesh;
 
@@ -103,18 +102,20 @@ fn accuracy() -> Result<String> {
         ClockKind::Curved,
         ClockKind::Disciplined,
     ] {
-        let mut config = defaults::<SimConfig>()?;
-        config.clock = clock;
+        let mut config = SimConfig {
+            clock,
+            ..SimConfig::default()
+        };
         if clock != ClockKind::Linear {
             config.duration = 1800.0;
             config.wander_ppm_per_hour = 4.0;
         }
         let dir = workspace_root().join(format!("target/bench/simulate-{clock:?}"));
-        let truth = simulate::simulate(&config, &dir)?;
+        let truth = simulate(&config, &dir)?;
         out.push_str(&format!(
             "### {clock:?} clocks ({} messages)\n\n{}\n",
             truth.messages,
-            simulate::check::table(&simulate::check::measure_both(&truth)?)
+            check::table(&check::measure_both(&truth)?)
         ));
     }
     Ok(out)

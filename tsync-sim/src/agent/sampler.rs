@@ -1,5 +1,5 @@
-//! What `tsync-agent` writes besides the events, simulated: a clock sample every 20 ms of the
-//! node's CLOCK_MONOTONIC, the kernel's clock discipline whenever it changes, a flush every 0.5 s.
+//! The agent's sampling timer, simulated: a clock sample every 20 ms of the node's
+//! CLOCK_MONOTONIC, the kernel's clock discipline whenever it changes, a flush every 0.5 s.
 //!
 //! Each sample reads CLOCK_MONOTONIC, CLOCK_MONOTONIC_RAW, CLOCK_MONOTONIC again and
 //! CLOCK_REALTIME, as the agent does; the agent keeps the tightest of three tries, so the two
@@ -12,8 +12,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use tsync_common::format::{ClockSample, KernelClock};
 
-use super::BOOT_NS;
-use super::clock::{ClockModel, adjtimex_freq_tick};
+use crate::clock::{BOOT_NS, ClockModel, adjtimex_freq_tick};
 
 /// Time between clock samples on the node's CLOCK_MONOTONIC (ns).
 pub const SAMPLE_INTERVAL_NS: f64 = 20e6;
@@ -29,6 +28,7 @@ const TIME_ERROR: i32 = 5;
 
 /// One round of the agent's sampling timer.
 pub struct Reading {
+    /// The clock sample.
     pub sample: ClockSample,
     /// The kernel's discipline, when it differs from the one last written.
     pub kernel: Option<KernelClock>,

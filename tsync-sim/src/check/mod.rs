@@ -1,12 +1,15 @@
 //! Measures how close the analyzer's correction comes to a simulation's truth, over each trace's
 //! whole span: the error at its middle, the largest error, and whether the truth stays inside
-//! the guaranteed interval at every checked point.
+//! the guaranteed interval at every checked point (`cargo xtask simulate --check`); and the same
+//! for a message workload's meshes ([`workload`], `cargo xtask bench mesh`).
+
+pub mod workload;
 
 use std::path::PathBuf;
 
 use tsync_analyze::{Algorithm, InputSet, MatchOptions, SyncOptions, SyncResult};
 
-use super::Truth;
+use crate::Truth;
 
 /// Which of the written inputs to synchronize.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,15 +32,18 @@ impl Input {
 /// How well one node was brought onto its reference's timebase by one algorithm.
 #[derive(Debug, Clone)]
 pub struct NodeAccuracy {
+    /// The node's name.
     pub node: String,
+    /// Its reference's name.
     pub reference: String,
+    /// Whether the analyzer synchronized it.
     pub synchronized: bool,
     /// Quality of the pair (reference, node) when they exchanged messages directly.
     pub quality: Option<String>,
     /// Points checked across the node's trace, first to last event: one every 100 ms, at least
     /// 1001, both ends included.
     pub points: usize,
-    /// Checked points where the analyzer guarantees an interval ([`guaranteed_interval`]).
+    /// Checked points where the analyzer guarantees an interval (`SyncResult::interval`).
     pub with_interval: usize,
     /// Checked points where the truth lies outside that interval (1 ns of slack: written
     /// timestamps are rounded to whole nanoseconds).
@@ -49,6 +55,7 @@ pub struct NodeAccuracy {
     /// Largest |corrected − true| over the checked points (ns), and where (seconds after the
     /// node's first event).
     pub max_error_ns: f64,
+    /// See `max_error_ns`.
     pub max_error_at_s: f64,
     /// Widest guaranteed interval at the checked points (ns; 0 when there is none).
     pub max_width_ns: f64,
@@ -132,18 +139,6 @@ pub fn measure(
     Ok(compare(truth, &sync))
 }
 
-/// The guaranteed interval `[lo, hi]` on the reference timebase for local time `t_ns` of
-/// `trace`, None where the analyzer guarantees nothing.
-///
-/// This is the one place the check asks for intervals; it is written against today's API,
-/// where only a pair's accuracy curve exists: a trace that exchanged messages directly with its
-/// reference in an `accurate` pair gets that pair's interval (inverted when the reference is the
-/// pair's `b`), any other trace none. Once `SyncResult::interval` exists, this whole body becomes
-/// `sync.interval(trace, t_ns)`.
-pub fn guaranteed_interval(sync: &SyncResult, trace: u32, t_ns: i64) -> Option<(f64, f64)> {
-    sync.interval(trace, t_ns)
-}
-
 /// Compares each trace's map onto its reference with the truth.
 pub fn compare(truth: &Truth, sync: &SyncResult) -> Vec<NodeAccuracy> {
     sync.traces
@@ -180,7 +175,7 @@ pub fn compare(truth: &Truth, sync: &SyncResult) -> Vec<NodeAccuracy> {
                     row.max_error_ns = e;
                     row.max_error_at_s = (t_k - first) * 1e-9;
                 }
-                if let Some((lo, hi)) = guaranteed_interval(sync, k as u32, t_k as i64) {
+                if let Some((lo, hi)) = sync.interval(k as u32, t_k as i64) {
                     let truth_r = truth.map(k, r, t_k);
                     row.with_interval += 1;
                     row.max_width_ns = row.max_width_ns.max(hi - lo);

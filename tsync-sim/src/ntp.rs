@@ -21,7 +21,7 @@
 use rand::Rng;
 use rand_distr::{Distribution, Normal};
 
-use super::clock::ClockModel;
+use crate::clock::{ClockModel, Slew, quantize_ppm};
 
 /// The daemon's settings (from the command line).
 #[derive(Clone, Copy, Debug)]
@@ -56,11 +56,11 @@ impl Daemon {
         // The frequency that makes MONO run at the true rate, give or take the daemon's error.
         let mut freq = (1.0 / (1.0 + crystal_ppm * 1e-6) - 1.0) * 1e6 + rng.random_range(-1.0..1.0);
         clock.slews.clear();
-        clock.slews.push(super::clock::Slew {
+        clock.slews.push(Slew {
             start_ns: 0.0,
             raw_ns: clock.raw.raw(0.0),
             mono_ns: mono0,
-            ppm: super::clock::quantize_ppm(freq),
+            ppm: quantize_ppm(freq),
             freq_ppm: freq,
         });
         let realtime_error0 = rng.random_range(-2e6..2e6);
@@ -102,7 +102,7 @@ impl Daemon {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::simulate::clock::Crystal;
+    use crate::clock::{Crystal, LinearClock};
     use rand::SeedableRng;
 
     fn daemon() -> Daemon {
@@ -118,10 +118,10 @@ mod tests {
     fn keeps_realtime_near_utc_with_bounded_slews() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
         let mut clock = ClockModel::unslewed(
-            Crystal::Linear {
+            Crystal::Linear(LinearClock {
                 offset_ns: 3e6,
                 drift_ppm: 80.0,
-            },
+            }),
             0,
         );
         let mono0 = 3e6;

@@ -13,26 +13,72 @@
 //!
 //! Every function is strictly increasing and has an inverse that is exact (closed form) or
 //! converges to well under a nanosecond (Newton on a rate within 1 ± 10⁻³), so that
-//! [`Truth::map`](super::Truth::map) is the exact truth the analyzer's maps are checked against.
-//! All values here are without [`BOOT_NS`](super::BOOT_NS): the files hold `value + BOOT_NS`.
+//! [`Truth::map`](crate::Truth::map) is the exact truth the analyzer's maps are checked against.
+//! All values here are without [`BOOT_NS`]: the files hold `value + BOOT_NS`.
+//!
+//! [`LinearClock`] alone is also the clock of the fast message workloads
+//! ([`Workload`](crate::Workload)), where true time and local time need no boot offset.
 
 use std::f64::consts::TAU;
 
 use rand::Rng;
 use serde::Serialize;
 
+/// Simulated nodes' clocks start at this value (ns), as a node's monotonic clock reads its
+/// uptime, so that negative offsets still give positive times.
+pub const BOOT_NS: f64 = 1000e9;
+
+/// A linear clock: `local = offset + (1 + drift·10⁻⁶) · true` (ns), the model the analyzer
+/// assumes (Poirier §2.1).
+#[derive(Serialize, Clone, Copy, Debug, PartialEq)]
+pub struct LinearClock {
+    /// Local time at true time 0, ns.
+    pub offset_ns: f64,
+    /// How much faster than true time the clock runs, ppm.
+    pub drift_ppm: f64,
+}
+
+impl LinearClock {
+    /// Local time at true time `t` (ns), exact.
+    #[inline]
+    pub fn at(&self, t: f64) -> f64 {
+        // This exact expression keeps `--clock linear` files bit-for-bit what they always were.
+        self.offset_ns + t * (1.0 + self.drift_ppm * 1e-6)
+    }
+
+    /// Local time at true time `t`, rounded to the nanosecond, as a recorded event reads it.
+    #[inline]
+    pub fn local(&self, t: f64) -> i64 {
+        self.at(t).round() as i64
+    }
+
+    /// True time at which the clock reads `local` (ns).
+    pub fn true_time(&self, local: f64) -> f64 {
+        (local - self.offset_ns) / (1.0 + self.drift_ppm * 1e-6)
+    }
+
+    /// What `other` reads at the instant this clock reads `local`: the exact map an estimate of
+    /// this clock onto `other` is checked against.
+    pub fn map_to(&self, other: &LinearClock, local: f64) -> f64 {
+        other.at(self.true_time(local))
+    }
+}
+
 /// The crystal behind CLOCK_MONOTONIC_RAW: RAW − boot as a function of true time (ns).
 #[derive(Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "model", rename_all = "kebab-case")]
 pub enum Crystal {
     /// `RAW = offset + (1 + drift) T`: the model the analyzer assumes.
-    Linear { offset_ns: f64, drift_ppm: f64 },
+    Linear(LinearClock),
     /// Temperature-like wander: the frequency is `drift + Σ aᵢ·sin(2πT/pᵢ + φᵢ)` ppm, a smooth
     /// random curve that moves by about the configured ppm per hour; RAW is its exact
     /// integral, `offset + T + (drift·T + Σ aᵢ·pᵢ/2π·(cos φᵢ − cos(2πT/pᵢ + φᵢ)))·10⁻⁶`.
     Wander {
+        /// RAW − boot at true time 0, ns.
         offset_ns: f64,
+        /// The mean frequency error, ppm.
         drift_ppm: f64,
+        /// The frequency's sinusoidal terms.
         waves: Vec<Wave>,
     },
 }
@@ -40,8 +86,11 @@ pub enum Crystal {
 /// One sinusoidal term of a wandering crystal's frequency.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq)]
 pub struct Wave {
+    /// Amplitude, ppm.
     pub amplitude_ppm: f64,
+    /// Period, s.
     pub period_s: f64,
+    /// Phase at true time 0, rad.
     pub phase_rad: f64,
 }
 
@@ -78,12 +127,7 @@ impl Crystal {
     /// RAW − boot at true time `t` (ns).
     pub fn raw(&self, t: f64) -> f64 {
         match self {
-            // This exact expression (not a refactoring of it) keeps `--clock linear` files
-            // bit-for-bit what they were before the kernel models.
-            Crystal::Linear {
-                offset_ns,
-                drift_ppm,
-            } => offset_ns + t * (1.0 + drift_ppm * 1e-6),
+            Crystal::Linear(linear) => linear.at(t),
             Crystal::Wander {
                 offset_ns,
                 drift_ppm,
@@ -106,7 +150,7 @@ impl Crystal {
     /// true ns.
     pub fn ppm(&self, t: f64) -> f64 {
         match self {
-            Crystal::Linear { drift_ppm, .. } => *drift_ppm,
+            Crystal::Linear(linear) => linear.drift_ppm,
             Crystal::Wander {
                 drift_ppm, waves, ..
             } => {
@@ -126,10 +170,7 @@ impl Crystal {
     /// four steps reach the f64 resolution of ~10⁻⁴ ns at an hour).
     pub fn true_time(&self, raw: f64) -> f64 {
         match self {
-            Crystal::Linear {
-                offset_ns,
-                drift_ppm,
-            } => (raw - offset_ns) / (1.0 + drift_ppm * 1e-6),
+            Crystal::Linear(linear) => linear.true_time(raw),
             Crystal::Wander {
                 offset_ns,
                 drift_ppm,
@@ -159,6 +200,7 @@ pub struct Slew {
     /// RAW − boot and MONO − boot at `start_ns`: MONO is continuous across slews, and storing
     /// both makes each piece evaluate (and invert) on its own, exactly.
     pub raw_ns: f64,
+    /// See `raw_ns`.
     pub mono_ns: f64,
     /// Total correction (ppm), a multiple of 2⁻¹⁶ ppm: the kernel's resolution (`timex.freq`).
     pub ppm: f64,
@@ -294,10 +336,10 @@ mod tests {
 
     #[test]
     fn linear_matches_the_agent_clock_skew_formula() {
-        let c = Crystal::Linear {
+        let c = Crystal::Linear(LinearClock {
             offset_ns: -5e6,
             drift_ppm: 100.0,
-        };
+        });
         assert_eq!(c.raw(1e12), 1e12 - 5e6 + 1e8);
     }
 

@@ -1,5 +1,5 @@
-//! `cargo xtask simulate`: agent-format traces of N simulated nodes whose clocks we choose, with
-//! the truth beside them.
+//! The simulator (`cargo xtask simulate`): agent-format traces of N simulated nodes whose clocks
+//! we choose, with the truth beside them.
 //!
 //! Network namespaces share one real clock, so they can only show linear skews injected by the
 //! agent. The simulator covers what they cannot: crystals that wander with temperature, NTP and
@@ -10,66 +10,25 @@
 //! changes, a flush every 0.5 s — so the analyzer reads it the same way. The same messages can
 //! also be written as one text message file, the input that has no clock samples at all.
 
-pub mod agent;
-pub mod check;
-pub mod clock;
-pub mod network;
-pub mod ntp;
 #[cfg(test)]
 mod tests;
-pub mod text;
-mod traffic;
 
 use std::collections::BinaryHeap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use tsync_common::PacketEvent;
-use tsync_common::format::{AgentOptions, ClockSample, Footer, Header, Interface, TraceWriter};
+use tsync_common::format::{AgentOptions, Header, Interface};
 
-use agent::Sampler;
-pub use clock::{ClockKind, ClockModel, Crystal};
-use traffic::Connection;
-
-/// `cargo xtask simulate`.
-#[derive(clap::Args)]
-pub struct Args {
-    #[command(flatten)]
-    config: SimConfig,
-    /// Output directory.
-    #[arg(short, long, default_value = "target/simulate")]
-    out: PathBuf,
-    /// Then synchronize what was written (trace files, text file or both) with both algorithms
-    /// and print each node's error against the truth over its whole trace, and whether the
-    /// truth stays inside the guaranteed interval.
-    #[arg(long)]
-    check: bool,
-}
-
-impl Args {
-    pub fn run(self) -> anyhow::Result<()> {
-        let started = std::time::Instant::now();
-        let truth = simulate(&self.config, &self.out)?;
-        println!(
-            "{} messages among {} nodes written to {} in {:.1} s",
-            truth.messages,
-            truth.nodes.len(),
-            self.out.display(),
-            started.elapsed().as_secs_f64()
-        );
-        if self.check {
-            print!("{}", check::report(&truth)?);
-        }
-        Ok(())
-    }
-}
-
-/// Local clocks start at this value (ns), as a node's monotonic clock reads its uptime, so that
-/// negative offsets still give positive times.
-pub const BOOT_NS: f64 = 1000e9;
+use crate::agent::{NodeWriter, Sampler};
+use crate::clock::{BOOT_NS, ClockKind, ClockModel, Crystal, LinearClock};
+use crate::ntp;
+use crate::random::substream;
+use crate::text::TextWriter;
+use crate::traffic::{self, Connection};
+use crate::truth::{NodeTruth, Truth};
 
 /// What to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -84,16 +43,19 @@ pub enum Format {
 }
 
 impl Format {
+    /// Whether trace files are written.
     pub fn traces(self) -> bool {
         self != Format::Text
     }
 
+    /// Whether the text message file is written.
     pub fn text(self) -> bool {
         self != Format::Trace
     }
 }
 
-/// What to simulate.
+/// What to simulate: `cargo xtask simulate`'s options, whose defaults are
+/// [`SimConfig::default`].
 #[derive(clap::Args, Clone, Debug, Serialize)]
 pub struct SimConfig {
     /// Number of nodes; node 0's crystal is perfect (its CLOCK_MONOTONIC is still slewed when a
@@ -150,76 +112,11 @@ pub struct SimConfig {
     pub seed: u64,
 }
 
-/// The truth about a simulation, written as `truth.json` beside the traces.
-#[derive(Serialize, Debug, Clone)]
-pub struct Truth {
-    pub config: SimConfig,
-    pub boot_ns: f64,
-    pub nodes: Vec<NodeTruth>,
-    pub messages: u64,
-    /// The text message file, when written (`--format text|both`).
-    pub text: Option<PathBuf>,
-}
-
-/// One simulated node.
-#[derive(Serialize, Debug, Clone)]
-pub struct NodeTruth {
-    pub name: String,
-    /// Its trace file; written unless `--format text`.
-    pub file: PathBuf,
-    pub clock: ClockModel,
-    pub events: u64,
-    /// Local times (CLOCK_MONOTONIC) of the node's first and last events (ns).
-    pub first_ns: u64,
-    pub last_ns: u64,
-    /// Clock samples and kernel clock states written (0 with `--format text`).
-    pub samples: u64,
-    pub kernel_states: u64,
-}
-
-impl Truth {
-    /// Maps a local time of trace `k` (its CLOCK_MONOTONIC, what its events are stamped with)
-    /// to what trace `r`'s CLOCK_MONOTONIC read at the same true instant: exactly what the
-    /// analyzer's map of trace `k` onto reference `r` should give.
-    pub fn map(&self, k: usize, r: usize, t_k: f64) -> f64 {
-        let t = self.nodes[k].clock.true_time(t_k - self.boot_ns);
-        self.nodes[r].clock.mono(t) + self.boot_ns
-    }
-}
-
-/// One event waiting in a node's reorder buffer, ordered by local time (earliest first), then
-/// by when it was queued, so that the order of equal times never depends on when the buffer is
-/// drained.
-#[derive(PartialEq, Eq)]
-struct Pending(u64, PacketEvent);
-
-impl Ord for Pending {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (other.1.ts_ns, other.0).cmp(&(self.1.ts_ns, self.0))
-    }
-}
-
-impl PartialOrd for Pending {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-/// A node being written: its clock, its file, its sampling timer, and events not yet safe to
-/// write.
+/// A node being written: its clock, its sampling timer, and its file.
 struct Node {
     clock: ClockModel,
-    writer: Option<TraceWriter<std::io::BufWriter<std::fs::File>>>,
     sampler: Sampler,
-    pending: BinaryHeap<Pending>,
-    queued: u64,
-    events: u64,
-    sent: u64,
-    first_ns: Option<u64>,
-    last_ns: u64,
-    samples: u64,
-    kernel_states: u64,
-    last_sample: Option<ClockSample>,
+    out: NodeWriter,
 }
 
 impl Node {
@@ -227,72 +124,48 @@ impl Node {
         (self.clock.mono(t) + BOOT_NS).round() as u64
     }
 
-    fn queue(&mut self, event: PacketEvent) {
-        self.queued += 1;
-        self.pending.push(Pending(self.queued, event));
-    }
-
     /// Writes the pending events that happened before true time `t`: every later event of this
     /// node happens after `t`, so its local time is larger (clocks only go forward).
     fn flush_before(&mut self, t: f64) -> anyhow::Result<()> {
-        let horizon = self.local_ns(t);
-        while self.pending.peek().is_some_and(|p| p.1.ts_ns <= horizon) {
-            let event = self.pending.pop().expect("peeked").1;
-            if let Some(writer) = &mut self.writer {
-                writer.write_event(&event)?;
-            }
-            self.events += 1;
-            self.sent += u64::from(event.direction == tsync_common::direction::SEND);
-            self.first_ns.get_or_insert(event.ts_ns);
-            self.last_ns = event.ts_ns;
-        }
-        Ok(())
+        Ok(self.out.write_until(self.local_ns(t))?)
     }
 
     /// Brings the file up to true time `t`: the clock samples due before `t`, each after the
     /// events that precede it, then the remaining events before `t`.
     fn advance(&mut self, t: f64) -> anyhow::Result<()> {
-        if self.writer.is_some() {
+        if self.out.has_file() {
             while self.sampler.next_true_ns() <= t {
                 let at = self.sampler.next_true_ns();
                 self.flush_before(at)?;
                 let reading = self.sampler.take(&self.clock);
-                self.write_reading(reading)?;
+                self.out.write_reading(reading)?;
             }
         }
         self.flush_before(t)
     }
 
-    fn write_reading(&mut self, reading: agent::Reading) -> anyhow::Result<()> {
-        let Some(writer) = &mut self.writer else {
-            return Ok(());
-        };
-        if let Some(state) = reading.kernel {
-            writer.write_kernel_clock(state)?;
-            self.kernel_states += 1;
-        }
-        writer.write_clock_sample(reading.sample)?;
-        self.samples += 1;
-        self.last_sample = Some(reading.sample);
-        if reading.flush {
-            writer.flush()?;
-        }
+    /// Writes the last events, the agent's last clock sample (taken when it stops, at true time
+    /// `end_ns`) and the end chunk.
+    fn finish(mut self, end_ns: f64, truth: &mut NodeTruth) -> anyhow::Result<()> {
+        let last = self
+            .out
+            .has_file()
+            .then(|| self.sampler.take_final(&self.clock, end_ns));
+        let w = self.out.finish(last)?;
+        (truth.first_ns, truth.last_ns) = (w.first_ns, w.last_ns);
+        (truth.events, truth.samples, truth.kernel_states) = (w.events, w.samples, w.kernel_states);
         Ok(())
     }
 }
 
-/// A random stream of its own for node `k` and `purpose`, so that what the kernel models draw
-/// leaves the main stream (traffic, and `--clock linear`'s clocks) exactly as it was.
-fn substream(seed: u64, k: usize, purpose: u64) -> StdRng {
-    let mut x = seed ^ 0x5349_4d55_4c41_5445; // "SIMULATE"
-    for v in [k as u64, purpose] {
-        // SplitMix64 steps.
-        x = x.wrapping_add(v.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        x ^= x >> 31;
+impl Default for SimConfig {
+    /// The options' defaults, as `cargo xtask simulate` with no flag takes them.
+    fn default() -> Self {
+        use clap::{Args, FromArgMatches};
+        let matches =
+            Self::augment_args(clap::Command::new("simulate")).get_matches_from(["simulate"]);
+        Self::from_arg_matches(&matches).expect("the defaults are valid options")
     }
-    StdRng::seed_from_u64(x)
 }
 
 /// How long the agents keep recording after the last exchange started (true ns): every packet
@@ -323,10 +196,10 @@ fn draw_clock(
         let raw = if kind.wanders() && k > 0 {
             Crystal::wander(offset_ns, drift_ppm, config.wander_ppm_per_hour, &mut own)
         } else {
-            Crystal::Linear {
+            Crystal::Linear(LinearClock {
                 offset_ns,
                 drift_ppm,
-            }
+            })
         };
         return Ok(ClockModel::unslewed(raw, unsynchronized_realtime));
     }
@@ -347,10 +220,10 @@ fn draw_clock(
             &mut own,
         )
     } else {
-        Crystal::Linear {
+        Crystal::Linear(LinearClock {
             offset_ns: raw_offset_ns,
             drift_ppm,
-        }
+        })
     };
     let mut clock = ClockModel::unslewed(raw, 0);
     let daemon = ntp::Daemon {
@@ -385,13 +258,10 @@ pub fn simulate(config: &SimConfig, out: &Path) -> anyhow::Result<Truth> {
         let clock = draw_clock(config, k, end_ns + 1e9, &mut rng)?;
         let name = format!("sim-{k}");
         let file = out.join(format!("node-{k}.tsync"));
-        let writer = if config.format.traces() {
-            Some(TraceWriter::create(
-                &file,
-                &node_header(&name, k, config, &clock),
-            )?)
+        let out = if config.format.traces() {
+            NodeWriter::create(&file, &node_header(&name, k, config, &clock))?
         } else {
-            None
+            NodeWriter::without_file()
         };
         truth_nodes.push(NodeTruth {
             name,
@@ -406,22 +276,13 @@ pub fn simulate(config: &SimConfig, out: &Path) -> anyhow::Result<Truth> {
         let sampler = Sampler::new(&clock, config.clock.slewed(), substream(config.seed, k, 2));
         nodes.push(Node {
             clock,
-            writer,
             sampler,
-            pending: BinaryHeap::new(),
-            queued: 0,
-            events: 0,
-            sent: 0,
-            first_ns: None,
-            last_ns: 0,
-            samples: 0,
-            kernel_states: 0,
-            last_sample: None,
+            out,
         });
     }
     let text_path = out.join("messages.txt");
     let mut text = if config.format.text() {
-        Some(text::TextWriter::create(
+        Some(TextWriter::create(
             &text_path,
             config.nodes,
             &format!(
@@ -455,7 +316,7 @@ pub fn simulate(config: &SimConfig, out: &Path) -> anyhow::Result<Truth> {
         let conn: &mut Connection = &mut connections[c];
         for packet in conn.exchange(start, &mut rng) {
             let mut event = packet.event;
-            let mut stamps = [0u64; 2];
+            let mut stamps = [0i64; 2];
             for (i, (node, direction, t)) in [
                 (packet.from, tsync_common::direction::SEND, packet.sent),
                 (packet.to, tsync_common::direction::RECV, packet.received),
@@ -467,11 +328,12 @@ pub fn simulate(config: &SimConfig, out: &Path) -> anyhow::Result<Truth> {
                 event.ts_ns = nodes[node].local_ns(t);
                 event.ifindex = 2;
                 event.cpu = rng.random_range(0..2);
-                stamps[i] = event.ts_ns;
-                nodes[node].queue(event);
+                stamps[i] = event.ts_ns as i64;
+                nodes[node].out.queue(event);
             }
             if let Some(text) = &mut text {
-                text.push(packet.sent, packet.from, packet.to, stamps[0], stamps[1]);
+                let (from, to) = (packet.from as u32, packet.to as u32);
+                text.push(packet.sent, from, to, stamps[0], stamps[1]);
             }
             messages += 1;
         }
@@ -485,8 +347,7 @@ pub fn simulate(config: &SimConfig, out: &Path) -> anyhow::Result<Truth> {
         text.finish()?;
     }
     for (node, truth) in nodes.into_iter().zip(&mut truth_nodes) {
-        (truth.first_ns, truth.last_ns) = (node.first_ns.unwrap_or(0), node.last_ns);
-        (truth.events, truth.samples, truth.kernel_states) = finish_node(node, end_ns)?;
+        node.finish(end_ns, truth)?;
     }
     let truth = Truth {
         config: config.clone(),
@@ -499,28 +360,6 @@ pub fn simulate(config: &SimConfig, out: &Path) -> anyhow::Result<Truth> {
     std::fs::write(&truth_path, serde_json::to_string_pretty(&truth)?)
         .with_context(|| format!("cannot write {}", truth_path.display()))?;
     Ok(truth)
-}
-
-/// Writes the last events, the agent's last clock sample (taken when it stops, at true time
-/// `end_ns`) and the end chunk; returns the events, samples and kernel states written.
-fn finish_node(mut node: Node, end_ns: f64) -> anyhow::Result<(u64, u64, u64)> {
-    node.flush_before(f64::INFINITY)?;
-    if node.writer.is_none() {
-        return Ok((node.events, 0, 0));
-    }
-    let last = node.sampler.take_final(&node.clock, end_ns);
-    node.write_reading(last)?;
-    let end = node.last_sample.unwrap_or_default();
-    let footer = Footer {
-        events: node.events,
-        send_events: node.sent,
-        recv_events: node.events - node.sent,
-        end_realtime_ns: end.realtime_ns,
-        end_monotonic_ns: end.monotonic_ns,
-        ..Default::default()
-    };
-    node.writer.take().expect("checked").finish(&footer)?;
-    Ok((node.events, node.samples, node.kernel_states))
 }
 
 /// 2026-01-01 00:00:00 UTC, the simulated nodes' wall-clock time at true time 0.
@@ -554,6 +393,7 @@ fn node_header(name: &str, k: usize, config: &SimConfig, clock: &ClockModel) -> 
         start_realtime_ns,
         start_monotonic_ns,
         options: AgentOptions {
+            // What `cargo xtask simulate` always wrote, whoever runs the simulator.
             agent_version: format!("xtask simulate {}", env!("CARGO_PKG_VERSION")),
             command_line: std::env::args().collect(),
             ..Default::default()
