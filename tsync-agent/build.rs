@@ -2,7 +2,11 @@
 //! bpf-linker (`cargo xtask setup` installs both); the agent embeds the object file.
 use std::path::Path;
 
+#[path = "../build-support/build_info.rs"]
+mod build_info;
+
 fn main() -> anyhow::Result<()> {
+    build_info::emit();
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR")?;
     let workspace = Path::new(&manifest_dir)
         .parent()
