@@ -228,6 +228,22 @@ mod tests {
     }
 
     #[test]
+    fn the_cpu_counter_ticks_forward() {
+        if CPU_COUNTER_NAME == "none" {
+            return;
+        }
+        let before = cpu_counter();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let after = cpu_counter();
+        assert!(after > before, "{CPU_COUNTER_NAME}: {before} then {after}");
+        if cfg!(target_arch = "aarch64") {
+            // The architecture states the frequency: 1 GHz from Armv8.6 on, 1–100 MHz before.
+            let hz = cpu_counter_hz().expect("CNTFRQ_EL0 is set by the firmware");
+            assert!((1_000_000..=1_000_000_000).contains(&hz), "{hz} Hz");
+        }
+    }
+
+    #[test]
     fn samples_are_consistent() {
         let a = sample(None);
         let b = sample(None);

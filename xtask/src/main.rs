@@ -1,4 +1,4 @@
-//! `cargo xtask`: developer tasks (setup, test, simulation, traffic, demo, lab, benchmarks,
+//! `cargo xtask`: developer tasks (setup, test, dist, simulation, traffic, demo, lab, benchmarks,
 //! fuzzing).
 //!
 //! One module per task, each with an `Args` type (clap) and `fn run(self) -> anyhow::Result<()>`;
@@ -6,6 +6,7 @@
 //! [`util`]; the namespace lab, agents and BPF program checks are the `tsync-lab` crate.
 mod bench;
 mod demo;
+mod dist;
 mod fuzz;
 mod lab;
 mod setup;
@@ -27,8 +28,11 @@ enum Task {
     /// Install what building and testing need (rust-src, bpf-linker, Debian tools); idempotent.
     Setup(setup::Args),
     /// Run setup, then fmt check, clippy, the whole workspace's tests, the real-kernel tests
-    /// (root), fuzzing and the demo.
+    /// (root), the dist tarballs, fuzzing, the lab and the demo.
     Test(test::Args),
+    /// Static (musl) agent and analyzer for x86_64 and aarch64: one tarball per architecture
+    /// under target/dist, with INSTALL.md, the licenses and SHA256SUMS.
+    Dist(dist::Args),
     /// Write agent-format traces of simulated nodes with known clocks, and the truth beside them.
     Simulate(simulate::Args),
     /// Generate request/response and bulk TCP traffic to peers (the demo runs one per node).
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().task {
         Task::Setup(args) => args.run(),
         Task::Test(args) => args.run(),
+        Task::Dist(args) => args.run(),
         Task::Simulate(args) => args.run(),
         Task::Traffic(args) => args.run(),
         Task::Demo(args) => args.run(),
