@@ -9,10 +9,14 @@
 //! file is embedded as it is; without it, a plain `cargo build` builds the programs here.
 use std::path::Path;
 
+#[path = "../build-support/build_info.rs"]
+mod build_info;
+
 /// Names a prebuilt object (`cargo xtask build-ebpf`) to embed instead of building one.
 const PREBUILT: &str = "TSYNC_EBPF_OBJECT";
 
 fn main() -> anyhow::Result<()> {
+    build_info::emit();
     println!("cargo:rerun-if-env-changed={PREBUILT}");
     let out_dir = std::env::var_os("OUT_DIR").ok_or_else(|| anyhow::anyhow!("OUT_DIR not set"))?;
     // aya-build names the object after the program crate's binary target.

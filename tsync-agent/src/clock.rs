@@ -23,18 +23,61 @@ pub fn realtime_ns() -> i64 {
     read_clock(libc::CLOCK_REALTIME)
 }
 
-/// The CPU's time-stamp counter, 0 where there is none.
-fn tsc() -> u64 {
+/// The CPU's free-running counter, recorded in the clock samples' `tsc` field (0 where there is
+/// none): the time-stamp counter on x86_64, the generic timer's virtual count (`CNTVCT_EL0`) on
+/// aarch64. Both tick at a constant rate whatever NTP does, so they show the kernel clock's slewing.
+pub fn cpu_counter() -> u64 {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: rdtsc has no preconditions on x86_64.
         unsafe { core::arch::x86_64::_rdtsc() }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    {
+        let count: u64;
+        // The `isb` keeps the read from being hoisted above the clock reads before it (the
+        // counter read is not ordered by itself, as the kernel's own `arch_timer_read_cntvct_el0`
+        // knows). CNTVCT_EL0 is readable at EL0 on Linux (the kernel sets CNTKCTL_EL1.EL0VCTEN).
+        // SAFETY: reads a system register, no memory access, no side effect.
+        unsafe {
+            core::arch::asm!("isb", "mrs {}, cntvct_el0", out(reg) count,
+                             options(nomem, nostack, preserves_flags));
+        }
+        count
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         0
     }
 }
+
+/// The frequency of [`cpu_counter`] in Hz where the architecture states it (`CNTFRQ_EL0` on
+/// aarch64); None on x86_64, whose TSC rate the kernel measures at boot and does not export.
+pub fn cpu_counter_hz() -> Option<u64> {
+    #[cfg(target_arch = "aarch64")]
+    {
+        let hz: u64;
+        // SAFETY: reads a system register, no memory access, no side effect.
+        unsafe {
+            core::arch::asm!("mrs {}, cntfrq_el0", out(reg) hz,
+                             options(nomem, nostack, preserves_flags));
+        }
+        (hz != 0).then_some(hz)
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        None
+    }
+}
+
+/// The name of [`cpu_counter`] on this architecture, for messages.
+pub const CPU_COUNTER_NAME: &str = if cfg!(target_arch = "aarch64") {
+    "CNTVCT_EL0"
+} else if cfg!(target_arch = "x86_64") {
+    "TSC"
+} else {
+    "none"
+};
 
 /// Tries per clock sample; the one with the tightest monotonic bracket is kept.
 pub const TRIES: usize = 3;
@@ -52,7 +95,7 @@ pub fn sample(skew: Option<&ClockSkew>) -> ClockSample {
         let before = read_clock(libc::CLOCK_MONOTONIC) as u64;
         let raw = read_clock(libc::CLOCK_MONOTONIC_RAW) as u64;
         let after = read_clock(libc::CLOCK_MONOTONIC) as u64;
-        let tsc = tsc();
+        let tsc = cpu_counter();
         let real = realtime_ns();
         let s = ClockSample {
             monotonic_ns: before,
@@ -182,6 +225,22 @@ mod tests {
         let s = parse_skew("-2000,0").unwrap();
         assert!(check_skew(&s, 1000).is_err());
         assert!(check_skew(&s, 5000).is_ok());
+    }
+
+    #[test]
+    fn the_cpu_counter_ticks_forward() {
+        if CPU_COUNTER_NAME == "none" {
+            return;
+        }
+        let before = cpu_counter();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let after = cpu_counter();
+        assert!(after > before, "{CPU_COUNTER_NAME}: {before} then {after}");
+        if cfg!(target_arch = "aarch64") {
+            // The architecture states the frequency: 1 GHz from Armv8.6 on, 1–100 MHz before.
+            let hz = cpu_counter_hz().expect("CNTFRQ_EL0 is set by the firmware");
+            assert!((1_000_000..=1_000_000_000).contains(&hz), "{hz} Hz");
+        }
     }
 
     #[test]

@@ -21,6 +21,11 @@ use crate::{btf::Btf, logging, offsets::KernelOffsets, privileges};
 /// The object file built from `tsync-ebpf` by build.rs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tsync"));
 
+/// The embedded eBPF object file (for its hash in `--version`).
+pub fn ebpf_object() -> &'static [u8] {
+    EBPF_OBJECT
+}
+
 /// Forwards the programs' log records to the `log` crate (see [`crate::logging`]).
 pub type Logger = EbpfLogger<&'static dyn log::Log>;
 

@@ -3,7 +3,9 @@
 //! `tsync-agent record -o FILE [--duration SECS] [--node NAME] [--ring-size BYTES] [--all-netns]
 //! [--clock-skew OFFSET_NS,DRIFT_PPM] [-v]` loads two eBPF programs (send and receive hooks), drains
 //! their ring buffer into the file until SIGINT/SIGTERM or the duration ends, then prints a summary.
+//! `tsync-agent check [-o DIR]` tells whether this node can record, one line per precondition.
 mod btf;
+mod check;
 mod clock;
 mod console;
 mod loader;
@@ -16,11 +18,12 @@ mod recorder;
 mod reorder;
 mod sampler;
 mod summary;
+mod version;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::{Context as _, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use tsync_common::format::{AgentOptions, ClockSkew, Header};
 
 use crate::{
@@ -34,7 +37,7 @@ const DEFAULT_RING_SIZE: u64 = 1 << 24;
 #[derive(Parser)]
 #[command(
     name = "tsync-agent",
-    version,
+    version = version::SHORT,
     about = "Records packet digests of this node for offline trace synchronization"
 )]
 struct Cli {
@@ -51,6 +54,34 @@ struct Cli {
 enum Command {
     /// Record until SIGINT/SIGTERM (or --duration), then flush and print a summary.
     Record(RecordArgs),
+    /// Check that this node can record: kernel, privileges, BTF, the hooks (loaded, attached and
+    /// detached), clocksource, NTP state, free disk. One line each; the exit status is non-zero
+    /// when recording would fail.
+    Check(CheckArgs),
+}
+
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// Directory the trace would be written to (its free space is checked).
+    #[arg(short, long, value_name = "DIR", default_value = ".")]
+    output: PathBuf,
+}
+
+/// Prints the checks; fails when one says recording would fail.
+fn check(args: CheckArgs) -> Result<()> {
+    let lines = check::run(&args.output);
+    for line in &lines {
+        console::out(&line.to_string());
+    }
+    let failed = lines
+        .iter()
+        .filter(|l| l.status == check::Status::Fail)
+        .count();
+    anyhow::ensure!(
+        failed == 0,
+        "{failed} check(s) failed: recording would fail"
+    );
+    Ok(())
 }
 
 #[derive(clap::Args)]
@@ -200,10 +231,17 @@ fn record(args: RecordArgs) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // clap wants a 'static long version; it is built once per run.
+    let long_version: &'static str = Box::leak(version::long().into_boxed_str());
+    let matches = Cli::command().long_version(long_version).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     logging::init(cli.verbose);
     let result = match cli.command {
         Command::Record(args) => record(args),
+        Command::Check(args) => check(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

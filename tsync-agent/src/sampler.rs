@@ -88,7 +88,11 @@ impl Drop for Sampler {
 /// an RLIMIT_RTPRIO of 0) it stays an ordinary thread: the period is then kept on average, and a
 /// late wakeup only widens one gap.
 fn ask_for_realtime_priority() {
-    let param = libc::sched_param { sched_priority: 1 };
+    // musl's sched_param has more fields than glibc's (the SCHED_SPORADIC ones, unused here):
+    // start from all zeros, which is valid for both.
+    // SAFETY: sched_param is plain old data; all zeros is a valid value.
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = 1;
     // SAFETY: `param` is a valid sched_param; pthread_self() is the calling thread.
     let err =
         unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };

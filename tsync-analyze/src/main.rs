@@ -7,12 +7,12 @@ mod cli;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
     name = "tsync-analyze",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("TSYNC_GIT_COMMIT"), ")"),
     about = "Offline synchronization of distributed traces"
 )]
 struct Cli {
@@ -40,8 +40,22 @@ enum Command {
     Apply(cli::apply::ApplyCmd),
 }
 
+/// Parses the command line; `--version` tells the commit, the target and the trace format too.
+fn parse_cli() -> Cli {
+    // clap wants a 'static long version; it is built once per run.
+    let long_version = format!(
+        "{}\n{}",
+        env!("CARGO_PKG_VERSION"),
+        tsync_common::build_info::describe(env!("TSYNC_GIT_COMMIT"), env!("TSYNC_TARGET"))
+    );
+    let matches = Cli::command()
+        .long_version(&*Box::leak(long_version.into_boxed_str()))
+        .get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 fn main() -> ExitCode {
-    let mut cli = Cli::parse();
+    let mut cli = parse_cli();
     // The check that no output is an input needs the inputs as given.
     let protected = match &cli.command {
         Command::Export(a) => Some((a.sync.inputs.clone(), &a.output)),

@@ -7,6 +7,8 @@
 #![cfg_attr(not(feature = "user"), no_std)]
 
 #[cfg(feature = "user")]
+pub mod build_info;
+#[cfg(feature = "user")]
 pub mod format;
 
 /// Size in bytes of one [`PacketEvent`] (ring buffer entry and trace file record).
@@ -176,6 +178,39 @@ pub struct PacketEvent {
 
 const _: () = assert!(core::mem::size_of::<PacketEvent>() == EVENT_SIZE);
 const _: () = assert!(core::mem::align_of::<PacketEvent>() == 8);
+// The kernel programs (built once for `bpfel`) and the agents of every architecture (x86_64,
+// aarch64) exchange this record byte for byte: its layout is pinned here, field by field, and so
+// checked by every build, whatever its target.
+const _: () = {
+    use core::mem::offset_of;
+    let offsets = [
+        (offset_of!(PacketEvent, ts_ns), 0),
+        (offset_of!(PacketEvent, ifindex), 8),
+        (offset_of!(PacketEvent, cpu), 12),
+        (offset_of!(PacketEvent, direction), 14),
+        (offset_of!(PacketEvent, kind), 15),
+        (offset_of!(PacketEvent, saddr), 16),
+        (offset_of!(PacketEvent, daddr), 32),
+        (offset_of!(PacketEvent, network_protocol), 48),
+        (offset_of!(PacketEvent, tot_len), 50),
+        (offset_of!(PacketEvent, source), 52),
+        (offset_of!(PacketEvent, dest), 54),
+        (offset_of!(PacketEvent, seq), 56),
+        (offset_of!(PacketEvent, ack_seq), 60),
+        (offset_of!(PacketEvent, transport_protocol), 64),
+        (offset_of!(PacketEvent, ihl), 65),
+        (offset_of!(PacketEvent, doff), 66),
+        (offset_of!(PacketEvent, tcp_flags), 67),
+        (offset_of!(PacketEvent, udp_data), 68),
+        (offset_of!(PacketEvent, udp_len), 76),
+        (offset_of!(PacketEvent, reserved), 78),
+    ];
+    let mut i = 0;
+    while i < offsets.len() {
+        assert!(offsets[i].0 == offsets[i].1, "PacketEvent layout changed");
+        i += 1;
+    }
+};
 
 impl PacketEvent {
     /// True for the TCP kinds.

@@ -1,4 +1,4 @@
-//! `cargo xtask`: developer tasks (setup, test, simulation, traffic, demo, lab, benchmarks,
+//! `cargo xtask`: developer tasks (setup, test, dist, simulation, traffic, demo, lab, benchmarks,
 //! fuzzing).
 //!
 //! One module per task, each with an `Args` type (clap) and `fn run(self) -> anyhow::Result<()>`;
@@ -8,6 +8,7 @@
 //! arguments, install and build what is needed, and call it.
 mod bench;
 mod demo;
+mod dist;
 mod ebpf;
 mod fuzz;
 mod lab;
@@ -32,8 +33,11 @@ enum Task {
     /// TSYNC_EBPF_OBJECT and the agent's build script embeds it instead of building its own).
     BuildEbpf(ebpf::Args),
     /// Run setup, then fmt check, clippy, the whole workspace's tests, the real-kernel tests
-    /// (root), fuzzing and the demo.
+    /// (root), the dist tarballs, fuzzing, the lab and the demo.
     Test(test::Args),
+    /// Static (musl) agent and analyzer for x86_64 and aarch64: one tarball per architecture
+    /// under target/dist, with INSTALL.md, the licenses and SHA256SUMS.
+    Dist(dist::Args),
     /// Write agent-format traces of simulated nodes with known clocks, and the truth beside them.
     Simulate(simulate::Args),
     /// Generate request/response and bulk TCP traffic to peers (as `tsync-lab traffic`, which
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
         Task::Setup(args) => args.run(),
         Task::BuildEbpf(args) => args.run(),
         Task::Test(args) => args.run(),
+        Task::Dist(args) => args.run(),
         Task::Simulate(args) => args.run(),
         Task::Traffic(args) => args.run(),
         Task::Demo(args) => args.run(),

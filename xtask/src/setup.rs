@@ -1,5 +1,6 @@
 //! `cargo xtask setup`: installs everything building and testing tsync needs on a fresh machine
-//! (nightly rust-src, bpf-linker, cargo-fuzz, Debian packages, mounts).
+//! (nightly rust-src, bpf-linker, cargo-fuzz, the musl targets of `dist`, Debian packages,
+//! mounts).
 //!
 //! Idempotent and fast when everything is there already: each step first checks, then acts.
 use std::{
@@ -36,7 +37,19 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "babeltrace2",
     "python3-lttngust",
     "liblttng-ust1",
+    // `cargo xtask dist`: musl-gcc for C in dependencies of the static x86_64 build (the `cc`
+    // crate: zstd-sys, ...), the cross gcc linking the aarch64 one and compiling its C (with the
+    // aarch64 C headers: without them it would take the host's), QEMU's user mode running its
+    // binaries here, `file` checking that every binary is static.
+    "musl-tools",
+    "gcc-aarch64-linux-gnu",
+    "libc6-dev-arm64-cross",
+    "qemu-user-static",
+    "file",
 ];
+
+/// The Rust targets `cargo xtask dist` builds for (static binaries: musl).
+const DIST_TARGETS: &[&str] = &["x86_64-unknown-linux-musl", "aarch64-unknown-linux-musl"];
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -56,6 +69,7 @@ pub fn run_setup(apt: bool) -> Result<()> {
     ensure_nightly_rust_src()?;
     ensure_bpf_linker()?;
     ensure_cargo_fuzz()?;
+    ensure_dist_targets()?;
     if apt {
         ensure_debian_packages()?;
     }
@@ -164,6 +178,31 @@ fn ensure_cargo_fuzz() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Adds the [`DIST_TARGETS`] missing from the toolchain the workspace builds with.
+fn ensure_dist_targets() -> Result<()> {
+    let root = crate::util::workspace_root();
+    let installed =
+        output(
+            Command::new("rustup")
+                .current_dir(&root)
+                .args(["target", "list", "--installed"]),
+        )
+        .unwrap_or_default();
+    let missing: Vec<&str> = DIST_TARGETS
+        .iter()
+        .copied()
+        .filter(|t| !installed.lines().any(|l| l.trim() == *t))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("setup: adding Rust targets {}", missing.join(" "));
+    run(Command::new("rustup")
+        .current_dir(&root)
+        .args(["target", "add"])
+        .args(&missing))
 }
 
 /// A directory laid out like an LLVM install prefix that points at the nightly's libLLVM.

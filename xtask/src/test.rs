@@ -1,6 +1,7 @@
 //! `cargo xtask test`: the project's test command (README, CI): setup, fmt, clippy, the
-//! workspace's tests, the real-kernel tests (root: `tsync-lab`'s ignored tests, with the LTTng
-//! and babeltrace2 test of `apply --format ctf`), a short run of every fuzz target, the
+//! workspace's tests, `dist` (static tarballs for x86_64 and aarch64), the real-kernel tests
+//! (root: `tsync-lab`'s ignored tests, with the LTTng and babeltrace2 test of
+//! `apply --format ctf`), a short run of every fuzz target, the
 //! multi-kernel VM lab, then the end-to-end demo with random skews (real kernel, real traffic,
 //! every figure checked against the injected truth).
 use anyhow::{Result, ensure};
@@ -21,6 +22,9 @@ pub struct Args {
     /// Skip the multi-kernel VM lab (root; about three minutes, the first time plus downloads).
     #[arg(long)]
     no_lab: bool,
+    /// Skip `cargo xtask dist` (the static x86_64 and aarch64 tarballs).
+    #[arg(long)]
+    no_dist: bool,
     /// Skip the real-kernel tests (they need root: namespaces, eBPF).
     #[arg(long)]
     no_root_tests: bool,
@@ -52,6 +56,10 @@ impl Args {
         ]))?;
         eprintln!("test: cargo test --workspace");
         run(cargo().args(["test", "--workspace"]).args(&self.test_args))?;
+        if !self.no_dist {
+            eprintln!("test: cargo xtask dist (static x86_64 and aarch64 tarballs, checked)");
+            crate::dist::build(&crate::dist::Arch::ALL)?;
+        }
         if !self.no_root_tests {
             ensure!(
                 tsync_lab::is_root(),
