@@ -7,7 +7,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use tsync_analyze::synth::{Clock, DelayTail, Workload};
+mod common;
+
+use common::two_traces;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tsync-analyze"))
@@ -195,32 +197,6 @@ fn every_format_gives_exactly_the_map_sync_reports() {
     let out = apply("bare.json", "bare.out.json");
     let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(doc.as_array().unwrap()[0]["ts_local"].is_number());
-}
-
-/// Two trace files of nodes with skewed clocks, clock samples every simulated second (realtime
-/// = the true time + 2026-01-01).
-fn two_traces(dir: &Path) -> (Vec<PathBuf>, Workload) {
-    let w = Workload {
-        clocks: vec![
-            Clock {
-                offset_ns: 2e9,
-                drift_ppm: 30.0,
-            },
-            Clock {
-                offset_ns: 9e9,
-                drift_ppm: -40.0,
-            },
-        ],
-        links: vec![(0, 1)],
-        messages: 40_000,
-        start_ns: 10e9,
-        interval_ns: 500_000.0,
-        min_delay_ns: 20_000.0,
-        tail: DelayTail::Exponential { mean_ns: 30_000.0 },
-        max_extra_ns: 1e6,
-        seed: 5,
-    };
-    (w.write_traces(dir).unwrap(), w)
 }
 
 #[test]

@@ -32,10 +32,13 @@ pub enum LineError {
     NotInteger(String),
     /// The line already has `<field>_local` (applied twice?).
     HasLocal,
+    /// The line already has a field that `apply` adds (named).
+    Has(String),
 }
 
 impl LineError {
-    fn describe(&self, field: &str) -> String {
+    /// The error in words, for the time field `field`.
+    pub fn describe(&self, field: &str) -> String {
         match self {
             LineError::Syntax(why) => format!("not valid JSON: {why}"),
             LineError::NotObject => "not a JSON object (JSON Lines: one object per line)".into(),
@@ -49,6 +52,10 @@ impl LineError {
             LineError::HasLocal => format!(
                 "the line already has `{field}_local`: was the file applied already? (the \
                  original time is kept under that name)"
+            ),
+            LineError::Has(name) => format!(
+                "the line already has `{name}`: was the file applied already? (--interval \
+                 writes the guaranteed interval under that name)"
             ),
         }
     }
@@ -344,10 +351,19 @@ fn key_is(s: &[u8], (k0, k1): (usize, usize), escaped: bool, name: &[u8]) -> boo
     serde_json::from_slice::<String>(&s[k0 - 1..k1 + 1]).is_ok_and(|k| k.as_bytes() == name)
 }
 
-/// Validates `line` (without its line break) as one JSON object and finds its top-level `field`,
-/// which must be an integer; `local` is the name the original will be kept under, which must
-/// not be there yet.
-pub fn locate(line: &[u8], field: &[u8], local: &[u8]) -> Result<Located, LineError> {
+/// The top-level members of one JSON object line that a caller asked for.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Members<const N: usize> {
+    /// Per name asked for: the byte range of its value, if the object has it.
+    pub at: [Option<(usize, usize)>; N],
+    /// The first name (by its index) that the object holds twice.
+    pub duplicate: Option<usize>,
+}
+
+/// Validates `line` (without its line break) as one JSON object — the full grammar, UTF-8
+/// included — and finds its top-level members named `names` (nested objects are not looked
+/// into). Errors are only `Syntax` and `NotObject`.
+pub fn members<const N: usize>(line: &[u8], names: [&[u8]; N]) -> Result<Members<N>, LineError> {
     let syntax = || {
         LineError::Syntax(
             match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
@@ -370,15 +386,16 @@ pub fn locate(line: &[u8], field: &[u8], local: &[u8]) -> Result<Located, LineEr
             syntax()
         });
     }
-    let mut found: Option<(usize, usize)> = None;
-    let mut duplicate = false;
-    let mut has_local = false;
+    let mut found = Members {
+        at: [None; N],
+        duplicate: None,
+    };
     sc.object(1, &mut |s, key, escaped, value| {
-        if key_is(s, key, escaped, field) {
-            duplicate |= found.is_some();
-            found = Some(value);
-        } else if key_is(s, key, escaped, local) {
-            has_local = true;
+        if let Some(k) = names.iter().position(|n| key_is(s, key, escaped, n)) {
+            if found.at[k].is_some() {
+                found.duplicate = Some(found.duplicate.map_or(k, |d| d.min(k)));
+            }
+            found.at[k] = Some(value);
         }
         Ok(())
     })
@@ -387,28 +404,18 @@ pub fn locate(line: &[u8], field: &[u8], local: &[u8]) -> Result<Located, LineEr
     if sc.i != line.len() {
         return Err(syntax());
     }
-    let (start, end) = found.ok_or(LineError::Missing)?;
-    if duplicate {
-        return Err(LineError::Duplicate);
-    }
-    if has_local {
-        return Err(LineError::HasLocal);
-    }
-    let text = &line[start..end];
-    let not_integer = || {
-        let t = String::from_utf8_lossy(text);
-        LineError::NotInteger(if t.chars().count() > 40 {
-            format!("{}…", t.chars().take(40).collect::<String>())
-        } else {
-            t.into_owned()
-        })
-    };
+    Ok(found)
+}
+
+/// A JSON integer's text as an i64: digits with an optional minus sign, no fraction, no
+/// exponent, within 64 bits.
+pub fn integer(text: &[u8]) -> Option<i64> {
     let (negative, digits) = match text.strip_prefix(b"-") {
         Some(d) => (true, d),
         None => (false, text),
     };
     if digits.is_empty() {
-        return Err(not_integer());
+        return None;
     }
     // Accumulated negative, so that i64::MIN fits; None on overflow or a non-digit.
     let magnitude = digits.iter().try_fold(0i64, |acc, &b| {
@@ -417,35 +424,88 @@ pub fn locate(line: &[u8], field: &[u8], local: &[u8]) -> Result<Located, LineEr
             return None;
         }
         acc.checked_mul(10)?.checked_sub(i64::from(d))
-    });
-    let value = match magnitude {
-        Some(m) if negative => m,
-        Some(m) => m.checked_neg().ok_or_else(not_integer)?,
-        None => return Err(not_integer()),
+    })?;
+    if negative {
+        Some(magnitude)
+    } else {
+        magnitude.checked_neg()
+    }
+}
+
+/// `text` for an error message: cut to 40 characters.
+fn shown(text: &[u8]) -> String {
+    let t = String::from_utf8_lossy(text);
+    if t.chars().count() > 40 {
+        format!("{}…", t.chars().take(40).collect::<String>())
+    } else {
+        t.into_owned()
+    }
+}
+
+/// Validates `line` (without its line break) as one JSON object and finds its top-level `field`,
+/// which must be an integer; `local` is the name the original will be kept under, which must
+/// not be there yet.
+pub fn locate(line: &[u8], field: &[u8], local: &[u8]) -> Result<Located, LineError> {
+    locate_new(line, field, local, &[])
+}
+
+/// [`locate`], and the names in `added` (what `--interval` adds) must not be there either.
+fn locate_new(
+    line: &[u8],
+    field: &[u8],
+    local: &[u8],
+    added: &[&[u8]],
+) -> Result<Located, LineError> {
+    let [lo, hi] = match added {
+        [lo, hi] => [*lo, *hi],
+        _ => [local, local],
     };
+    let m = members(line, [field, local, lo, hi])?;
+    let (start, end) = m.at[0].ok_or(LineError::Missing)?;
+    if m.duplicate == Some(0) {
+        return Err(LineError::Duplicate);
+    }
+    if m.at[1].is_some() {
+        return Err(LineError::HasLocal);
+    }
+    if let Some(k) = (2..4).find(|&k| m.at[k].is_some()) {
+        return Err(LineError::Has(
+            String::from_utf8_lossy([lo, hi][k - 2]).into_owned(),
+        ));
+    }
+    let value = integer(&line[start..end])
+        .ok_or_else(|| LineError::NotInteger(shown(&line[start..end])))?;
     Ok(Located { start, end, value })
 }
 
+/// A member name as it is written between quotes in JSON.
+pub(crate) fn json_key(name: &str) -> Vec<u8> {
+    let quoted = serde_json::to_string(name).expect("a string serializes");
+    quoted.as_bytes()[1..quoted.len() - 1].to_vec()
+}
+
 /// Rewrites a JSON Lines stream: per line, `field` mapped by `mapper`, the original kept as
-/// `<field>_local` right after it. Blank lines are passed through. `name` names the input in
-/// errors (`name:line: …`).
+/// `<field>_local` right after it; with `interval`, the guaranteed interval after that as
+/// `<field>_lo` and `<field>_hi` (`null` where there is none). Blank lines are passed through.
+/// `name` names the input in errors (`name:line: …`).
 pub fn apply_jsonl<R: BufRead, W: Write>(
     mut input: R,
     name: &str,
     mut out: W,
     field: &str,
+    interval: bool,
     mapper: &mut NodeMapper<'_>,
 ) -> Result<ApplySummary, ApplyError> {
     let local = format!("{field}_local");
-    let mut inserted = Vec::with_capacity(local.len() + 8);
-    inserted.extend_from_slice(b",\"");
-    inserted.extend_from_slice(
-        serde_json::to_string(&local)
-            .expect("a string serializes")
-            .trim_matches('"')
-            .as_bytes(),
-    );
-    inserted.extend_from_slice(b"\":");
+    let (lo_name, hi_name) = super::interval_names(field);
+    let added: &[&[u8]] = if interval {
+        &[lo_name.as_bytes(), hi_name.as_bytes()]
+    } else {
+        &[]
+    };
+    let member = |key: &str| [&b",\""[..], &json_key(key), b"\":"].concat();
+    let inserted = member(&local);
+    let (lo_key, hi_key) = (member(&lo_name), member(&hi_name));
     let mut summary = ApplySummary::default();
     let mut number = itoa::Buffer::new();
     let mut number_no = 0u64;
@@ -465,15 +525,35 @@ pub fn apply_jsonl<R: BufRead, W: Write>(
             summary.passed_through += 1;
             return Ok(());
         }
-        let at = locate(body, field.as_bytes(), local.as_bytes()).map_err(|e| {
+        let at = locate_new(body, field.as_bytes(), local.as_bytes(), added).map_err(|e| {
             ApplyError::Events(format!("{name}:{number_no}: {}", e.describe(field)))
         })?;
-        let mapped = mapper.map(at.value);
+        if !interval {
+            let mapped = mapper.map(at.value);
+            out.write_all(&line[..at.start]).map_err(write_err)?;
+            out.write_all(number.format(mapped).as_bytes())
+                .map_err(write_err)?;
+            out.write_all(&inserted).map_err(write_err)?;
+            out.write_all(&line[at.start..]).map_err(write_err)?;
+            summary.events += 1;
+            return Ok(());
+        }
+        let m = mapper.map_with_interval(at.value);
+        summary.without_interval += u64::from(m.interval.is_none());
         out.write_all(&line[..at.start]).map_err(write_err)?;
-        out.write_all(number.format(mapped).as_bytes())
+        out.write_all(number.format(m.t_ns).as_bytes())
             .map_err(write_err)?;
         out.write_all(&inserted).map_err(write_err)?;
-        out.write_all(&line[at.start..]).map_err(write_err)?;
+        out.write_all(&line[at.start..at.end]).map_err(write_err)?;
+        for (key, bound) in [
+            (&lo_key, m.interval.map(|i| i.0)),
+            (&hi_key, m.interval.map(|i| i.1)),
+        ] {
+            out.write_all(key).map_err(write_err)?;
+            let text = bound.map_or(&b"null"[..], |b| number.format(b).as_bytes());
+            out.write_all(text).map_err(write_err)?;
+        }
+        out.write_all(&line[at.end..]).map_err(write_err)?;
         summary.events += 1;
         Ok::<(), ApplyError>(())
     };

@@ -2,8 +2,10 @@
 //! tshark. (Each test crate uses some of them.)
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use tsync_analyze::synth::{Clock, DelayTail, Workload};
 
 /// The path of one of the LTTV reference cases (`tests/data/lttv/NAME`).
 pub fn lttv(name: &str) -> String {
@@ -39,4 +41,30 @@ pub fn epoch_ns(s: &str) -> i128 {
     let (secs, frac) = s.split_once('.').unwrap_or((s, "0"));
     let frac = format!("{frac:0<9}");
     secs.parse::<i128>().unwrap() * 1_000_000_000 + frac[..9].parse::<i128>().unwrap()
+}
+
+/// Two trace files of nodes with skewed clocks, clock samples every simulated second (realtime
+/// = the true time + 2026-01-01).
+pub fn two_traces(dir: &Path) -> (Vec<PathBuf>, Workload) {
+    let w = Workload {
+        clocks: vec![
+            Clock {
+                offset_ns: 2e9,
+                drift_ppm: 30.0,
+            },
+            Clock {
+                offset_ns: 9e9,
+                drift_ppm: -40.0,
+            },
+        ],
+        links: vec![(0, 1)],
+        messages: 40_000,
+        start_ns: 10e9,
+        interval_ns: 500_000.0,
+        min_delay_ns: 20_000.0,
+        tail: DelayTail::Exponential { mean_ns: 30_000.0 },
+        max_extra_ns: 1e6,
+        seed: 5,
+    };
+    (w.write_traces(dir).unwrap(), w)
 }
