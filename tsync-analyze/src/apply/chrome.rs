@@ -21,9 +21,9 @@ use super::{ApplyError, ApplySummary, NodeMapper};
 
 /// Counts the lines read through it (serde_json reads its input byte by byte, so the count is
 /// where the parser is, to within the byte it looks ahead).
-struct LineCounter<R> {
-    inner: R,
-    lines: Rc<Cell<u64>>,
+pub(crate) struct LineCounter<R> {
+    pub(crate) inner: R,
+    pub(crate) lines: Rc<Cell<u64>>,
 }
 
 impl<R: Read> Read for LineCounter<R> {
@@ -33,6 +33,16 @@ impl<R: Read> Read for LineCounter<R> {
         self.lines.set(self.lines.get() + newlines);
         Ok(n)
     }
+}
+
+/// Microseconds (a JSON number) as nanoseconds.
+pub(crate) fn us_to_ns(v: &Value) -> Option<i64> {
+    let n = v.as_number()?;
+    if let Some(i) = n.as_i64() {
+        return i.checked_mul(1000);
+    }
+    let f = n.as_f64()? * 1000.0;
+    (f.is_finite() && f.abs() < 9.2e18).then(|| f.round() as i64)
 }
 
 /// What the streaming visitors share.
@@ -73,16 +83,6 @@ impl<W: Write> State<'_, '_, W> {
             self.name, self.events
         )));
         what
-    }
-
-    /// Microseconds (a JSON number) as nanoseconds.
-    fn ns(v: &Value) -> Option<i64> {
-        let n = v.as_number()?;
-        if let Some(i) = n.as_i64() {
-            return i.checked_mul(1000);
-        }
-        let f = n.as_f64()? * 1000.0;
-        (f.is_finite() && f.abs() < 9.2e18).then(|| f.round() as i64)
     }
 
     fn us(ns: i64) -> Value {
@@ -147,7 +147,7 @@ impl<W: Write> State<'_, '_, W> {
                  under that name)"
             )));
         }
-        let Some(t) = Self::ns(ts) else {
+        let Some(t) = us_to_ns(ts) else {
             let (f, shown) = (self.field.clone(), ts.to_string());
             return Err(self.fail(format!(
                 "`{f}` is {}, not a number of microseconds",
@@ -167,7 +167,7 @@ impl<W: Write> State<'_, '_, W> {
         if self.field == "ts"
             && let Some(dur) = event.get("dur")
         {
-            let Some(d) = Self::ns(dur) else {
+            let Some(d) = us_to_ns(dur) else {
                 let shown = dur.to_string();
                 return Err(self.fail(format!(
                     "`dur` is {}, not a number of microseconds",

@@ -220,11 +220,12 @@ impl<'a> Scanner<'a> {
 
     #[inline]
     fn digits(&mut self) -> Scan<()> {
-        let start = self.i;
-        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
-            self.i += 1;
-        }
-        if self.i == start { Err(()) } else { Ok(()) }
+        let n = self.s[self.i.min(self.s.len())..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        self.i += n;
+        if n == 0 { Err(()) } else { Ok(()) }
     }
 
     /// A number; returns whether it is an integer (no fraction, no exponent).
@@ -409,6 +410,7 @@ pub fn members<const N: usize>(line: &[u8], names: [&[u8]; N]) -> Result<Members
 
 /// A JSON integer's text as an i64: digits with an optional minus sign, no fraction, no
 /// exponent, within 64 bits.
+#[inline]
 pub fn integer(text: &[u8]) -> Option<i64> {
     let (negative, digits) = match text.strip_prefix(b"-") {
         Some(d) => (true, d),
@@ -417,18 +419,52 @@ pub fn integer(text: &[u8]) -> Option<i64> {
     if digits.is_empty() {
         return None;
     }
-    // Accumulated negative, so that i64::MIN fits; None on overflow or a non-digit.
-    let magnitude = digits.iter().try_fold(0i64, |acc, &b| {
+    // Any 19 digits fit in a u64 (10^19 − 1 < 2^64): one pass without overflow checks, then
+    // the range check. More digits are out of range anyway (leading zeros are not JSON).
+    if digits.len() > 19 {
+        return None;
+    }
+    let mut v = 0u64;
+    for &b in digits {
         let d = b.wrapping_sub(b'0');
         if d > 9 {
             return None;
         }
-        acc.checked_mul(10)?.checked_sub(i64::from(d))
-    })?;
+        v = v * 10 + u64::from(d);
+    }
     if negative {
-        Some(magnitude)
+        0i64.checked_sub_unsigned(v)
     } else {
-        magnitude.checked_neg()
+        i64::try_from(v).ok()
+    }
+}
+
+/// Appends the next line of `input` (with its line break, if any) to `line`; false at the end.
+/// (`BufRead::read_until` scans with a slower byte search than the `memchr` crate's.)
+pub fn read_line<R: BufRead>(input: &mut R, line: &mut Vec<u8>) -> std::io::Result<bool> {
+    let mut any = false;
+    loop {
+        let buf = match input.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            return Ok(any);
+        }
+        any = true;
+        match memchr::memchr(b'\n', buf) {
+            Some(nl) => {
+                line.extend_from_slice(&buf[..=nl]);
+                input.consume(nl + 1);
+                return Ok(true);
+            }
+            None => {
+                let n = buf.len();
+                line.extend_from_slice(buf);
+                input.consume(n);
+            }
+        }
     }
 }
 

@@ -14,8 +14,8 @@ const BUFFER: usize = 1 << 20;
 
 /// Opens `path` (`-`: standard input) for reading, decompressing it if it starts with gzip's
 /// magic bytes (every member of a multi-member file, as `cat a.gz b.gz` makes).
-pub fn open(path: &Path) -> io::Result<Box<dyn BufRead>> {
-    let raw: Box<dyn BufRead> = if path == Path::new("-") {
+pub fn open(path: &Path) -> io::Result<Box<dyn BufRead + Send>> {
+    let raw: Box<dyn BufRead + Send> = if path == Path::new("-") {
         Box::new(BufReader::with_capacity(BUFFER, io::stdin()))
     } else {
         Box::new(BufReader::with_capacity(BUFFER, File::open(path)?))
@@ -24,7 +24,7 @@ pub fn open(path: &Path) -> io::Result<Box<dyn BufRead>> {
 }
 
 /// `r` itself, or its decompression when it starts with gzip's magic bytes (1f 8b).
-pub fn gunzip_if_gzip(mut r: Box<dyn BufRead>) -> io::Result<Box<dyn BufRead>> {
+pub fn gunzip_if_gzip(mut r: Box<dyn BufRead + Send>) -> io::Result<Box<dyn BufRead + Send>> {
     let head = r.fill_buf()?;
     if head.starts_with(&[0x1f, 0x8b]) {
         Ok(Box::new(BufReader::with_capacity(
