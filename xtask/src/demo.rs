@@ -6,10 +6,13 @@
 //! traces without ever reading the skews, and the demo checks every figure it reports against
 //! the truth: the recovered offset and drift, the error in the middle of the trace, and whether
 //! the truth lies inside the accuracy interval the analyzer guarantees. Each node also writes a
-//! small application log stamped with its own (skewed) clock; `tsync-analyze apply` puts the
-//! logs on one timeline, and every logged request/response must then read in causal order.
+//! small application log stamped with its own (skewed) clock; `tsync-analyze apply --interval`
+//! maps each log and `tsync-analyze merge` puts them on one timeline: every logged
+//! request/response must then read in causal order, every interval must hold the shared realtime
+//! clock's truth, and the report counts the events whose order the intervals guarantee.
 
 use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -375,7 +378,8 @@ impl DemoArgs {
     }
 }
 
-/// The nodes' application logs after `tsync-analyze apply`, merged.
+/// The nodes' application logs after `tsync-analyze apply --interval`, merged by
+/// `tsync-analyze merge`.
 pub struct AppLogs {
     /// The merged log's first lines, as written.
     head: Vec<String>,
@@ -389,112 +393,161 @@ pub struct AppLogs {
     /// Largest |corrected wall_ns − recorded wall_ns| (ns): the nodes share the machine's
     /// realtime clock, so the realtime path must give it back.
     wall_error_ns: i64,
+    /// The exchanges' events whose place `merge` guarantees (`certain`), and the others.
+    certain: usize,
+    uncertain: usize,
+    /// Events with a `wall_ns` interval, and those whose interval misses the shared realtime
+    /// clock's truth (the recorded `wall_ns`): must be none.
+    wall_bounded: usize,
+    wall_missed: usize,
 }
 
 impl AppLogs {
     fn report(&self) -> String {
         format!(
             "\napplication logs: {} events of {} exchanges, put on node-0's timebase with \
-             `tsync-analyze apply` (ts_ns: each node's skewed CLOCK_MONOTONIC; wall_ns: \
+             `tsync-analyze apply --interval` (ts_ns: each node's skewed CLOCK_MONOTONIC; wall_ns: \
              CLOCK_REALTIME); exchanges out of causal order merged by the recorded ts_ns: {}, \
-             after apply: {}; corrected wall_ns off the shared realtime clock by at most {:.3} µs\n\
-             merged log (app-merged.jsonl), first lines:\n{}\n",
+             after apply: {}; corrected wall_ns off the shared realtime clock by at most {:.3} µs; \
+             wall_ns intervals holding the truth: {} of {} ({} missed it)\n\
+             merged by `tsync-analyze merge` (app-merged.jsonl): of the {} exchanges' events, {} \
+             certain (their order against every earlier event of another node guaranteed by the \
+             intervals), {} uncertain; first lines:\n{}\n",
             self.events,
             self.exchanges,
             self.out_of_order_before,
             self.out_of_order_after,
             self.wall_error_ns as f64 * 1e-3,
+            self.wall_bounded - self.wall_missed,
+            self.wall_bounded,
+            self.wall_missed,
+            self.exchanges,
+            self.certain,
+            self.uncertain,
             self.head.join("\n")
         )
     }
 }
 
-/// Applies each node's map to its application log (`ts_ns` as monotonic, then `wall_ns` as
-/// realtime), merges the results by corrected time into `app-merged.jsonl`, and checks every
-/// logged exchange: request sent < received < response sent < received.
+/// Runs the release `tsync-analyze` with `args`; fails with its stderr.
+fn analyzer(args: &[OsString]) -> anyhow::Result<()> {
+    let bin = release_binary("tsync-analyze");
+    let o = Command::new(&bin)
+        .args(args)
+        .output()
+        .with_context(|| format!("cannot run {}", bin.display()))?;
+    if !o.status.success() {
+        bail!(
+            "tsync-analyze {:?} failed: {}",
+            args.first(),
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Applies each node's map to its application log with `--interval` (`ts_ns` as monotonic, then
+/// `wall_ns` as realtime), merges the results with `tsync-analyze merge` into
+/// `app-merged.jsonl`, and checks every logged exchange (request sent < received < response sent
+/// < received), every `wall_ns` interval against the shared realtime clock, and counts the
+/// exchanges' events whose order `merge` calls certain.
 fn app_logs(files: &[PathBuf], nodes: usize, out: &Path) -> anyhow::Result<AppLogs> {
-    let analyzer = release_binary("tsync-analyze");
-    let mut all: Vec<serde_json::Value> = Vec::new();
+    let mut applied = Vec::new();
     for k in 0..nodes {
         let log = out.join(format!("app-{k}.jsonl"));
         let mono = out.join(format!("app-{k}.mono.jsonl"));
-        let applied = out.join(format!("app-{k}.applied.jsonl"));
+        let done = out.join(format!("app-{k}.applied.jsonl"));
         for (from, to, field, clock) in [
             (&log, &mono, "ts_ns", "monotonic"),
-            (&mono, &applied, "wall_ns", "realtime"),
+            (&mono, &done, "wall_ns", "realtime"),
         ] {
-            let o = Command::new(&analyzer)
-                .args([
-                    "apply",
-                    "--reference",
-                    "node-0",
-                    "--node",
-                    &format!("node-{k}"),
-                ])
-                .args(files)
-                .arg("--events")
-                .arg(from)
-                .args(["--field", field, "--clock", clock, "-o"])
-                .arg(to)
-                .output()
-                .with_context(|| format!("cannot run {}", analyzer.display()))?;
-            if !o.status.success() {
-                bail!(
-                    "apply to {} failed: {}",
-                    from.display(),
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
-            }
+            let mut args: Vec<OsString> = ["apply", "--reference", "node-0", "--node"]
+                .map(OsString::from)
+                .to_vec();
+            args.push(format!("node-{k}").into());
+            args.extend(files.iter().map(|f| f.into()));
+            args.extend([
+                "--events".into(),
+                from.into(),
+                "--field".into(),
+                field.into(),
+            ]);
+            args.extend(["--clock", clock, "--interval", "-o"].map(OsString::from));
+            args.push(to.into());
+            analyzer(&args)?;
         }
         std::fs::remove_file(&mono)?;
-        for line in std::fs::read_to_string(&applied)?.lines() {
-            all.push(serde_json::from_str(line)?);
-        }
+        applied.push(done);
     }
+    let merged = out.join("app-merged.jsonl");
+    let mut args: Vec<OsString> = vec!["merge".into()];
+    args.extend(applied.iter().map(|f| f.into()));
+    args.extend(["-o".into(), merged.clone().into()]);
+    analyzer(&args)?;
+    let text = std::fs::read_to_string(&merged)?;
+    let all: Vec<serde_json::Value> = text
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
     let time = |e: &serde_json::Value, f: &str| e[f].as_i64().unwrap_or(i64::MIN);
     let wall_error_ns = all
         .iter()
         .map(|e| (time(e, "wall_ns") - time(e, "wall_ns_local")).abs())
         .max()
         .unwrap_or(0);
-    let out_of_order = |field: &str| {
-        let mut by: std::collections::BTreeMap<String, Vec<(&str, i64)>> = Default::default();
-        for e in &all {
-            by.entry(e["exchange"].as_str().unwrap_or("").to_string())
-                .or_default()
-                .push((e["event"].as_str().unwrap_or(""), time(e, field)));
-        }
-        let order = [
-            "request sent",
-            "request received",
-            "response sent",
-            "response received",
-        ];
-        let complete: Vec<_> = by.values().filter(|v| v.len() == 4).collect();
-        let bad = complete
+    // Every namespace reads the machine's one CLOCK_REALTIME: the recorded wall_ns is the truth.
+    let bounded: Vec<&serde_json::Value> =
+        all.iter().filter(|e| e["wall_ns_lo"].is_i64()).collect();
+    let wall_missed = bounded
+        .iter()
+        .filter(|e| {
+            let truth = time(e, "wall_ns_local");
+            !(time(e, "wall_ns_lo") <= truth && truth <= time(e, "wall_ns_hi"))
+        })
+        .count();
+    let mut by: std::collections::BTreeMap<String, Vec<(&str, i64, i64, &str)>> =
+        Default::default();
+    for e in &all {
+        by.entry(e["exchange"].as_str().unwrap_or("").to_string())
+            .or_default()
+            .push((
+                e["event"].as_str().unwrap_or(""),
+                time(e, "ts_ns_local"),
+                time(e, "ts_ns"),
+                e["tsync_order"].as_str().unwrap_or(""),
+            ));
+    }
+    let complete: Vec<_> = by.values().filter(|v| v.len() == 4).collect();
+    let order = [
+        "request sent",
+        "request received",
+        "response sent",
+        "response received",
+    ];
+    let out_of_order = |pick: fn(&(&str, i64, i64, &str)) -> i64| {
+        complete
             .iter()
             .filter(|v| {
                 let t: Vec<i64> = order
                     .iter()
-                    .map(|name| v.iter().find(|e| e.0 == *name).map_or(i64::MIN, |e| e.1))
+                    .map(|name| v.iter().find(|e| e.0 == *name).map_or(i64::MIN, pick))
                     .collect();
                 !t.windows(2).all(|w| w[0] <= w[1]) || t.contains(&i64::MIN)
             })
-            .count();
-        (complete.len(), bad)
+            .count()
     };
-    let (exchanges, out_of_order_before) = out_of_order("ts_ns_local");
-    let (_, out_of_order_after) = out_of_order("ts_ns");
-    all.sort_by_key(|e| time(e, "ts_ns"));
-    let merged: Vec<String> = all.iter().map(|e| e.to_string()).collect();
-    std::fs::write(out.join("app-merged.jsonl"), merged.join("\n") + "\n")?;
+    let verdicts = || complete.iter().flat_map(|v| v.iter().map(|e| e.3));
     Ok(AppLogs {
-        head: merged.iter().take(8).cloned().collect(),
+        head: text.lines().take(8).map(str::to_owned).collect(),
         events: all.len(),
-        exchanges,
-        out_of_order_before,
-        out_of_order_after,
+        exchanges: complete.len(),
+        out_of_order_before: out_of_order(|e| e.1),
+        out_of_order_after: out_of_order(|e| e.2),
         wall_error_ns,
+        certain: verdicts().filter(|v| *v == "certain").count(),
+        uncertain: verdicts().filter(|v| *v == "uncertain").count(),
+        wall_bounded: bounded.len(),
+        wall_missed,
     })
 }
 
@@ -642,6 +695,12 @@ fn verdict(
             logs.out_of_order_after, logs.exchanges
         ));
     }
+    if logs.wall_missed > 0 || logs.wall_bounded == 0 {
+        failures.push(format!(
+            "{} of {} applied wall_ns intervals miss the shared realtime clock",
+            logs.wall_missed, logs.wall_bounded
+        ));
+    }
     if logs.wall_error_ns as f64 > args.max_error_us * 1e3 {
         failures.push(format!(
             "applied wall_ns off the realtime clock by {:.3} µs (more than {} µs)",
@@ -649,7 +708,7 @@ fn verdict(
             args.max_error_us
         ));
     }
-    let checked = checks.len() * 2 + sync.pairs.len() + 1 + 3;
+    let checked = checks.len() * 2 + sync.pairs.len() + 1 + 4;
     println!(
         "demo: {} passed, {} failed",
         checked - failures.len(),
