@@ -6,26 +6,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-use common::two_traces;
+use common::{bin, realtime_base, run, s, stderr, two_traces};
 use serde_json::Value;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tsync-analyze"))
-}
-
-fn run(args: &[&str]) -> Output {
-    bin().args(args).output().expect("run tsync-analyze")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn s(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
-}
 
 /// Two nodes' logs applied with `--interval` (realtime stamps; the nodes share realtime, so
 /// the stamp is the truth), as JSON Lines, CSV and Chrome. Returns the applied files per format.
@@ -40,9 +24,7 @@ fn applied() -> Applied {
     let dir = tempfile::tempdir().unwrap();
     let (traces, w) = two_traces(dir.path());
     let traces: Vec<String> = traces.iter().map(|p| s(p)).collect();
-    let out = run(&["info", "--json", &traces[1]]);
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let base = doc[0]["header"]["start_realtime_ns"].as_i64().unwrap() - w.start_ns as i64;
+    let base = realtime_base(&traces[1], w.start_ns);
     let (mut jsonl, mut csv, mut chrome) = (Vec::new(), Vec::new(), Vec::new());
     for node in 0..2 {
         // Events every 0.7 ms of true time, the two nodes 0.2 ms apart: some close enough to

@@ -3,39 +3,12 @@
 //! A test binary of its own: the kernel starts a child's peak RSS (`wait4`'s `ru_maxrss`) at the
 //! parent's, and the other merge tests hold large documents in memory.
 
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tsync-analyze"))
-}
-
-fn s(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
-}
-
-/// Peak RSS (KiB) of `tsync-analyze ARGS` (wait4's rusage).
-#[allow(
-    clippy::zombie_processes,
-    reason = "the child is reaped by wait4, which gives its rusage"
-)]
-fn peak_rss_kib(args: &[String]) -> i64 {
-    let child = bin()
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut status = 0;
-    // SAFETY: rusage is plain data; wait4 fills it for our own child.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = child.id() as libc::pid_t;
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(r, pid);
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
-    usage.ru_maxrss
-}
+use common::{peak_rss_kib, s};
 
 /// Three applied-looking logs of `n` records in all, interleaved in time.
 fn logs(dir: &Path, tag: &str, n: u64) -> Vec<PathBuf> {

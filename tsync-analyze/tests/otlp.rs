@@ -10,23 +10,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::two_traces;
+use common::{realtime_base, run, s, stderr, two_traces};
 use serde_json::{Value, json};
-
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tsync-analyze"))
-        .args(args)
-        .output()
-        .expect("run tsync-analyze")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn s(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
-}
 
 /// One span of the test: its node, id, and true times (ns after the simulation's start).
 struct Span {
@@ -122,13 +107,6 @@ fn write_otlp(path: &Path, spans: &[Span], base: i64, extras: bool) {
         writeln!(f, "{}", json!({"resourceSpans": resources})).unwrap();
     }
     f.flush().unwrap();
-}
-
-/// The realtime of the simulation's true time 0 (the samples carry base + true time).
-fn realtime_base(trace: &str, start_ns: f64) -> i64 {
-    let out = run(&["info", "--json", trace]);
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    doc[0]["header"]["start_realtime_ns"].as_i64().unwrap() - start_ns as i64
 }
 
 /// What `apply --format jsonl --clock realtime --interval` gives for each stamp of a node:

@@ -8,8 +8,20 @@ use std::io::{Read, Write};
 
 use super::{ApplyError, ApplySummary, NodeMapper};
 
-fn line_of(e: &csv::Error) -> u64 {
-    e.position().map_or(0, |p| p.line())
+/// What went wrong reading CSV file `name`: its words with `name:line:` (Ok), or the I/O error.
+pub(crate) fn read_failure(name: &str, e: csv::Error) -> Result<String, std::io::Error> {
+    let line = e.position().map_or(0, |p| p.line());
+    let what = match e.kind() {
+        csv::ErrorKind::UnequalLengths {
+            expected_len, len, ..
+        } => format!("{len} columns where the header has {expected_len}"),
+        csv::ErrorKind::Utf8 { err, .. } => format!("not UTF-8 text ({err})"),
+        _ => e.to_string(),
+    };
+    match e.into_kind() {
+        csv::ErrorKind::Io(io) => Err(io),
+        _ => Ok(format!("{name}:{line}: {what}")),
+    }
 }
 
 /// Rewrites a CSV stream: the column `field` mapped by `mapper`, its original in
@@ -27,19 +39,9 @@ pub fn apply_csv<R: Read, W: Write>(
         .has_headers(false)
         .from_reader(input);
     let mut writer = csv::WriterBuilder::new().from_writer(out);
-    let read_err = |e: csv::Error| {
-        let line = line_of(&e);
-        let what = match e.kind() {
-            csv::ErrorKind::UnequalLengths {
-                expected_len, len, ..
-            } => format!("{len} columns where the header has {expected_len}"),
-            csv::ErrorKind::Utf8 { err, .. } => format!("not UTF-8 text ({err})"),
-            _ => e.to_string(),
-        };
-        match e.into_kind() {
-            csv::ErrorKind::Io(io) => ApplyError::io(format!("cannot read {name}"), io),
-            _ => ApplyError::Events(format!("{name}:{line}: {what}")),
-        }
+    let read_err = |e: csv::Error| match read_failure(name, e) {
+        Err(io) => ApplyError::io(format!("cannot read {name}"), io),
+        Ok(what) => ApplyError::Events(what),
     };
     let write_err = |e: csv::Error| match e.into_kind() {
         csv::ErrorKind::Io(io) => ApplyError::io("cannot write the output", io),

@@ -337,53 +337,29 @@ impl<'tb> Rewriter<'tb> {
                 )));
             }
         }
-        out.push(b'{');
-        for (i, (key, value)) in top.0.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
+        write_object(out, &top, |key, value, out| {
+            if key != "resourceSpans" {
+                return Ok(false);
             }
-            write_key(out, key);
-            if key == "resourceSpans" {
-                out.push(b'[');
-                for (j, rs) in array(value, "`resourceSpans`")?.into_iter().enumerate() {
-                    if j > 0 {
-                        out.push(b',');
-                    }
-                    self.resource_spans(rs, out)?;
-                }
-                out.push(b']');
-            } else {
-                out.extend_from_slice(value.get().as_bytes());
-            }
-        }
-        out.push(b'}');
-        Ok(())
+            write_array(out, array(value, "`resourceSpans`")?, |rs, out| {
+                self.resource_spans(rs, out)
+            })?;
+            Ok(true)
+        })
     }
 
     fn resource_spans(&mut self, raw: &RawValue, out: &mut Vec<u8>) -> Result<(), LineFailure> {
         let members = Members::parse(raw.get(), "a `resourceSpans` element")?;
         let node = self.node_of(members.get("resource"))?;
-        out.push(b'{');
-        for (i, (key, value)) in members.0.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_key(out, key);
+        write_object(out, &members, |key, value, out| {
             if key != "scopeSpans" {
-                out.extend_from_slice(value.get().as_bytes());
-                continue;
+                return Ok(false);
             }
-            out.push(b'[');
-            for (j, ss) in array(value, "`scopeSpans`")?.into_iter().enumerate() {
-                if j > 0 {
-                    out.push(b',');
-                }
-                self.scope_spans(ss, &node, out)?;
-            }
-            out.push(b']');
-        }
-        out.push(b'}');
-        Ok(())
+            write_array(out, array(value, "`scopeSpans`")?, |ss, out| {
+                self.scope_spans(ss, &node, out)
+            })?;
+            Ok(true)
+        })
     }
 
     fn scope_spans(
@@ -393,42 +369,26 @@ impl<'tb> Rewriter<'tb> {
         out: &mut Vec<u8>,
     ) -> Result<(), LineFailure> {
         let members = Members::parse(raw.get(), "a `scopeSpans` element")?;
-        out.push(b'{');
-        for (i, (key, value)) in members.0.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_key(out, key);
+        write_object(out, &members, |key, value, out| {
             if key != "spans" {
-                out.extend_from_slice(value.get().as_bytes());
-                continue;
+                return Ok(false);
             }
             let spans = array(value, "`spans`")?;
-            let k = match node {
-                NodeOf::Known(k) => *k,
+            // Spans of a node the traces do not know are counted and copied as they are.
+            match node {
+                NodeOf::Known(k) => write_array(out, spans, |span, out| self.span(span, *k, out))?,
                 NodeOf::Unknown(name) => {
                     *self.summary.unknown_nodes.entry(name.clone()).or_default() +=
                         spans.len() as u64;
-                    out.extend_from_slice(value.get().as_bytes());
-                    continue;
+                    return Ok(false);
                 }
                 NodeOf::Missing => {
                     self.summary.without_node += spans.len() as u64;
-                    out.extend_from_slice(value.get().as_bytes());
-                    continue;
+                    return Ok(false);
                 }
-            };
-            out.push(b'[');
-            for (j, span) in spans.into_iter().enumerate() {
-                if j > 0 {
-                    out.push(b',');
-                }
-                self.span(span, k, out)?;
             }
-            out.push(b']');
-        }
-        out.push(b'}');
-        Ok(())
+            Ok(true)
+        })
     }
 
     /// Maps one time if it is set; counts it.
@@ -473,46 +433,29 @@ impl<'tb> Rewriter<'tb> {
         if outside {
             attrs.bool("tsync.outside_span", true);
         }
-        out.push(b'{');
-        for (i, (key, value)) in members.0.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_key(out, key);
-            match key.as_str() {
+        let mut body = Vec::new();
+        write_members(&mut body, &members, |key, value, out| {
+            match key {
                 "startTimeUnixNano" | "endTimeUnixNano" => {
                     let t = if key == "startTimeUnixNano" {
                         &start
                     } else {
                         &end
                     };
-                    match t {
-                        Some((_, spelling, m)) => write_time(out, m.t_ns, *spelling)?,
-                        None => out.extend_from_slice(value.get().as_bytes()),
-                    }
+                    let Some((_, spelling, m)) = t else {
+                        return Ok(false);
+                    };
+                    write_time(out, m.t_ns, *spelling)?;
                 }
                 "attributes" => attrs.append_to(out, Some(value))?,
-                "events" => {
-                    out.push(b'[');
-                    for (j, e) in array(value, "`events`")?.into_iter().enumerate() {
-                        if j > 0 {
-                            out.push(b',');
-                        }
-                        self.event(e, node, out)?;
-                    }
-                    out.push(b']');
-                }
-                _ => out.extend_from_slice(value.get().as_bytes()),
+                "events" => write_array(out, array(value, "`events`")?, |e, out| {
+                    self.event(e, node, out)
+                })?,
+                _ => return Ok(false),
             }
-        }
-        if members.get("attributes").is_none() {
-            if !members.0.is_empty() {
-                out.push(b',');
-            }
-            write_key(out, "attributes");
-            attrs.append_to(out, None)?;
-        }
-        out.push(b'}');
+            Ok(true)
+        })?;
+        close_with_attributes(out, &body, &members, &attrs)?;
         *self
             .summary
             .spans
@@ -535,29 +478,88 @@ impl<'tb> Rewriter<'tb> {
                 attrs.bool("tsync.outside_span", true);
             }
         }
-        out.push(b'{');
-        for (i, (key, value)) in members.0.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_key(out, key);
-            match (key.as_str(), &time) {
+        let mut body = Vec::new();
+        write_members(&mut body, &members, |key, value, out| {
+            match (key, &time) {
                 ("timeUnixNano", Some((_, spelling, m))) => write_time(out, m.t_ns, *spelling)?,
                 ("attributes", _) if !attrs.0.is_empty() => attrs.append_to(out, Some(value))?,
-                _ => out.extend_from_slice(value.get().as_bytes()),
+                _ => return Ok(false),
             }
-        }
-        if members.get("attributes").is_none() && !attrs.0.is_empty() {
-            if !members.0.is_empty() {
-                out.push(b',');
-            }
-            write_key(out, "attributes");
-            attrs.append_to(out, None)?;
-        }
-        out.push(b'}');
+            Ok(true)
+        })?;
+        close_with_attributes(out, &body, &members, &attrs)?;
         self.summary.span_events += 1;
         Ok(())
     }
+}
+
+/// Writes `members` as an object's body, `"key":value` with commas; `f` writes a value itself
+/// (true) or leaves it to be copied as the text it was (false).
+fn write_members<'a>(
+    out: &mut Vec<u8>,
+    members: &Members<'a>,
+    mut f: impl FnMut(&str, &'a RawValue, &mut Vec<u8>) -> Result<bool, LineFailure>,
+) -> Result<(), LineFailure> {
+    for (i, (key, value)) in members.0.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_key(out, key);
+        if !f(key, value, out)? {
+            out.extend_from_slice(value.get().as_bytes());
+        }
+    }
+    Ok(())
+}
+
+/// [`write_members`] in braces.
+fn write_object<'a>(
+    out: &mut Vec<u8>,
+    members: &Members<'a>,
+    f: impl FnMut(&str, &'a RawValue, &mut Vec<u8>) -> Result<bool, LineFailure>,
+) -> Result<(), LineFailure> {
+    out.push(b'{');
+    write_members(out, members, f)?;
+    out.push(b'}');
+    Ok(())
+}
+
+/// Writes an array, each element through `f`.
+fn write_array<'a>(
+    out: &mut Vec<u8>,
+    elements: Vec<&'a RawValue>,
+    mut f: impl FnMut(&'a RawValue, &mut Vec<u8>) -> Result<(), LineFailure>,
+) -> Result<(), LineFailure> {
+    out.push(b'[');
+    for (j, e) in elements.into_iter().enumerate() {
+        if j > 0 {
+            out.push(b',');
+        }
+        f(e, out)?;
+    }
+    out.push(b']');
+    Ok(())
+}
+
+/// A span's or event's rewritten `body` in braces, with an `attributes` member of the new
+/// attributes where the object had none.
+fn close_with_attributes(
+    out: &mut Vec<u8>,
+    body: &[u8],
+    members: &Members<'_>,
+    attrs: &NewAttributes,
+) -> Result<(), LineFailure> {
+    out.push(b'{');
+    out.extend_from_slice(body);
+    if members.get("attributes").is_none() && !attrs.0.is_empty() {
+        if !members.0.is_empty() {
+            out.push(b',');
+        }
+        write_key(out, "attributes");
+        attrs.append_to(out, None)?;
+    }
+    out.push(b'}');
+    Ok(())
 }
 
 /// The largest distance from a mapped time to either end of its interval: the truth lies within

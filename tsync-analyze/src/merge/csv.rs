@@ -18,17 +18,9 @@ pub struct CsvSource<R> {
 }
 
 fn read_error(name: &str, e: csv::Error) -> MergeError {
-    let line = e.position().map_or(0, |p| p.line());
-    let what = match e.kind() {
-        csv::ErrorKind::UnequalLengths {
-            expected_len, len, ..
-        } => format!("{len} columns where the header has {expected_len}"),
-        csv::ErrorKind::Utf8 { err, .. } => format!("not UTF-8 text ({err})"),
-        _ => e.to_string(),
-    };
-    match e.into_kind() {
-        csv::ErrorKind::Io(io) => MergeError::io(format!("cannot read {name}"), io),
-        _ => MergeError::Input(format!("{name}:{line}: {what}")),
+    match crate::apply::csv::read_failure(name, e) {
+        Err(io) => MergeError::io(format!("cannot read {name}"), io),
+        Ok(what) => MergeError::Input(what),
     }
 }
 

@@ -2,8 +2,9 @@
 //! tshark. (Each test crate uses some of them.)
 #![allow(dead_code)]
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use tsync_analyze::synth::{Clock, DelayTail, Workload};
 
@@ -67,4 +68,54 @@ pub fn two_traces(dir: &Path) -> (Vec<PathBuf>, Workload) {
         seed: 5,
     };
     (w.write_traces(dir).unwrap(), w)
+}
+
+/// The analyzer binary of this build.
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tsync-analyze"))
+}
+
+/// Runs the analyzer with `args`.
+pub fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run tsync-analyze")
+}
+
+/// What a run wrote to stderr.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A path as an argument.
+pub fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+/// The realtime of the simulation's true time 0 in `trace` (its samples carry that + true time).
+pub fn realtime_base(trace: &str, start_ns: f64) -> i64 {
+    let out = run(&["info", "--json", trace]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    doc[0]["header"]["start_realtime_ns"].as_i64().unwrap() - start_ns as i64
+}
+
+/// Peak RSS (KiB) of `tsync-analyze ARGS` (wait4's rusage). The kernel starts a child's peak at
+/// its parent's, so a test that measures should run in a test binary that holds little.
+#[allow(
+    clippy::zombie_processes,
+    reason = "the child is reaped by wait4, which gives its rusage"
+)]
+pub fn peak_rss_kib<A: AsRef<OsStr>>(args: &[A]) -> i64 {
+    let child = bin()
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    usage.ru_maxrss
 }
