@@ -52,6 +52,7 @@ mod estimate;
 pub mod eval;
 mod input;
 mod matching;
+pub mod merge;
 mod model;
 pub mod output;
 mod timeline;

@@ -35,9 +35,12 @@ enum Command {
     Eval(cli::eval::EvalCmd),
     /// Write every event on the common timebase as pcapng, JSON Lines, CSV or Chrome JSON.
     Export(cli::export::ExportCmd),
-    /// Put one node's own events (JSON Lines, CSV, Chrome trace, LTTng CTF) on the common
-    /// timebase.
+    /// Put the user's own events (JSON Lines, CSV, Chrome trace, LTTng CTF; OpenTelemetry spans
+    /// of many nodes) on the common timebase.
     Apply(cli::apply::ApplyCmd),
+    /// Merge applied logs or traces of several nodes into one timeline by corrected time,
+    /// each record flagged `certain` or `uncertain` from the guaranteed intervals.
+    Merge(cli::merge::MergeCmd),
 }
 
 /// Parses the command line; `--version` tells the commit, the target and the trace format too.
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
     let protected = match &cli.command {
         Command::Export(a) => Some((a.sync.inputs.clone(), &a.output)),
         Command::Apply(a) => Some((cli::apply::protected_inputs(a), &a.output)),
+        Command::Merge(a) => Some((a.files.clone(), &a.output)),
         _ => None,
     };
     if let Some((inputs, output)) = protected {
@@ -69,6 +73,8 @@ fn main() -> ExitCode {
         }
     }
     let inputs = match &mut cli.command {
+        // Merge streams its files as they are, pipes included.
+        Command::Merge(_) => &mut Vec::new(),
         Command::Info(a) => &mut a.files,
         Command::Sync(a) => &mut a.sync.inputs,
         Command::Messages(a) => &mut a.inputs,
@@ -88,6 +94,7 @@ fn main() -> ExitCode {
         Command::Eval(a) => cli::eval::run(a),
         Command::Export(a) => cli::export::run(a),
         Command::Apply(a) => cli::apply::run(a),
+        Command::Merge(a) => cli::merge::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,25 +5,9 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-use tsync_sim::{Delay, DelayTail, LinearClock, Workload};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tsync-analyze"))
-}
-
-fn run(args: &[&str]) -> Output {
-    bin().args(args).output().expect("run tsync-analyze")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn s(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
-}
+use common::{peak_rss_kib, realtime_base, run, s, stderr, two_traces};
 
 /// Two clocks whose rate changes by 80 ppm halfway through two minutes: `sync` cuts the pair
 /// into segments, so the map is piecewise. Times in seconds, messages both ways every 20 ms.
@@ -197,45 +181,13 @@ fn every_format_gives_exactly_the_map_sync_reports() {
     assert!(doc.as_array().unwrap()[0]["ts_local"].is_number());
 }
 
-/// Two trace files of nodes with skewed clocks, clock samples every simulated second (realtime
-/// = the true time + 2026-01-01).
-fn two_traces(dir: &Path) -> (Vec<PathBuf>, Workload) {
-    let w = Workload {
-        clocks: vec![
-            LinearClock {
-                offset_ns: 2e9,
-                drift_ppm: 30.0,
-            },
-            LinearClock {
-                offset_ns: 9e9,
-                drift_ppm: -40.0,
-            },
-        ],
-        links: vec![(0, 1)],
-        messages: 40_000,
-        start_ns: 10e9,
-        interval_ns: 500_000.0,
-        delay: Delay {
-            min_ns: 20_000.0,
-            tail: DelayTail::Exponential { mean_ns: 30_000.0 },
-            max_ns: 1_020_000.0,
-        },
-        seed: 5,
-    };
-    (w.write_traces(dir).unwrap(), w)
-}
-
 #[test]
 fn realtime_and_monotonic_stamps_land_on_the_truth() {
     let dir = tempfile::tempdir().unwrap();
     let (traces, w) = two_traces(dir.path());
     let traces: Vec<String> = traces.iter().map(|p| s(p)).collect();
     // The realtime the simulated nodes' samples carry: the true time after this base.
-    let base = {
-        let out = run(&["info", "--json", &traces[1]]);
-        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        doc[0]["header"]["start_realtime_ns"].as_i64().unwrap() - w.start_ns as i64
-    };
+    let base = realtime_base(&traces[1], w.start_ns);
     // Node 1 logs at true times within its recording, stamped both ways.
     let true_times: Vec<f64> = (0..200).map(|i| 11e9 + i as f64 * 37e6).collect();
     let mut log = String::new();
@@ -587,28 +539,6 @@ fn a_ctf_trace_gets_its_clock_class_rewritten_and_nothing_else() {
         let r = run(&args);
         assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
     }
-}
-
-/// Peak RSS (KiB) of `tsync-analyze ARGS` (wait4's rusage).
-#[allow(
-    clippy::zombie_processes,
-    reason = "the child is reaped by wait4, which gives its rusage"
-)]
-fn peak_rss_kib(args: &[&str]) -> i64 {
-    let child = bin()
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut status = 0;
-    // SAFETY: rusage is plain data; wait4 fills it for our own child.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = child.id() as libc::pid_t;
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(r, pid);
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
-    usage.ru_maxrss
 }
 
 #[test]

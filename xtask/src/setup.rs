@@ -24,7 +24,9 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// `ethtool` for the demo's `--offloads`), the font the plots are drawn with, and LTTng with
 /// babeltrace2 for the test that applies maps to a real LTTng userspace trace
 /// (`tsync-lab/tests/lttng.rs`: a Python program logging through `lttngust`, read back with
-/// `babeltrace2`).
+/// `babeltrace2`), and python3-venv for the test that reads `apply --format otlp`'s output with
+/// the OpenTelemetry project's own protobuf definitions (`tsync-analyze/tests/otlp.rs` makes a
+/// venv and installs `opentelemetry-proto` from PyPI into it).
 const DEBIAN_PACKAGES: &[&str] = &[
     "iproute2",
     "ethtool",
@@ -46,6 +48,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "libc6-dev-arm64-cross",
     "qemu-user-static",
     "file",
+    "python3-venv",
 ];
 
 /// The Rust targets `cargo xtask dist` builds for (static binaries: musl).

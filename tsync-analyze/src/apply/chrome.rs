@@ -2,7 +2,10 @@
 //! `{"traceEvents": [...], ...}` and a bare array of events. Each event's time field (`ts`,
 //! microseconds, integer or fractional) is mapped, the original kept as `<field>_local` beside
 //! it, and a complete event's `dur` follows its end (`dur' = map(ts + dur) − map(ts)`); metadata
-//! events (`"ph": "M"`) carry no time and pass through. The file is one JSON document, so it is
+//! events (`"ph": "M"`) carry no time and pass through. With `--interval`, the event's `args`
+//! gain `<field>_lo` and `<field>_hi`: the guaranteed interval of the time, in µs rounded
+//! outwards to whole µs (so it still holds the truth), `null` where there is none. The file is
+//! one JSON document, so it is
 //! streamed event by event through serde (one event in memory, whatever the file size); the
 //! other members of the object form are copied as they are.
 
@@ -18,9 +21,9 @@ use super::{ApplyError, ApplySummary, NodeMapper};
 
 /// Counts the lines read through it (serde_json reads its input byte by byte, so the count is
 /// where the parser is, to within the byte it looks ahead).
-struct LineCounter<R> {
-    inner: R,
-    lines: Rc<Cell<u64>>,
+pub(crate) struct LineCounter<R> {
+    pub(crate) inner: R,
+    pub(crate) lines: Rc<Cell<u64>>,
 }
 
 impl<R: Read> Read for LineCounter<R> {
@@ -32,11 +35,23 @@ impl<R: Read> Read for LineCounter<R> {
     }
 }
 
+/// Microseconds (a JSON number) as nanoseconds.
+pub(crate) fn us_to_ns(v: &Value) -> Option<i64> {
+    let n = v.as_number()?;
+    if let Some(i) = n.as_i64() {
+        return i.checked_mul(1000);
+    }
+    let f = n.as_f64()? * 1000.0;
+    (f.is_finite() && f.abs() < 9.2e18).then(|| f.round() as i64)
+}
+
 /// What the streaming visitors share.
 struct State<'m, 'a, W: Write> {
     out: W,
     field: String,
     local: String,
+    /// With `--interval`: the names of the bounds in `args`.
+    interval: Option<(String, String)>,
     mapper: &'m mut NodeMapper<'a>,
     summary: ApplySummary,
     /// Why the run stopped, when it was not a JSON syntax error.
@@ -70,22 +85,45 @@ impl<W: Write> State<'_, '_, W> {
         what
     }
 
-    /// Microseconds (a JSON number) as nanoseconds.
-    fn ns(v: &Value) -> Option<i64> {
-        let n = v.as_number()?;
-        if let Some(i) = n.as_i64() {
-            return i.checked_mul(1000);
-        }
-        let f = n.as_f64()? * 1000.0;
-        (f.is_finite() && f.abs() < 9.2e18).then(|| f.round() as i64)
-    }
-
     fn us(ns: i64) -> Value {
         if ns % 1000 == 0 {
             Value::Number(Number::from(ns / 1000))
         } else {
             Number::from_f64(ns as f64 / 1000.0).map_or(Value::Null, Value::Number)
         }
+    }
+
+    /// Writes the interval (µs, rounded outwards) into the event's `args`.
+    fn bounds(
+        &mut self,
+        event: &mut Map<String, Value>,
+        (lo, hi): (String, String),
+        interval: Option<(i64, i64)>,
+    ) -> Result<(), String> {
+        self.summary.without_interval += u64::from(interval.is_none());
+        let args = event
+            .entry("args")
+            .or_insert_with(|| Value::Object(Map::new()));
+        let Value::Object(args) = args else {
+            return Err(self.fail("`args` is not an object".into()));
+        };
+        if let Some(there) = [&lo, &hi].into_iter().find(|k| args.contains_key(*k)) {
+            let there = there.clone();
+            return Err(self.fail(format!(
+                "`args` already has `{there}`: was the file applied already? (--interval \
+                 writes the guaranteed interval under that name)"
+            )));
+        }
+        let (l, h) = match interval {
+            Some((l, h)) => (
+                Value::from(l.div_euclid(1000)),
+                Value::from(h.div_euclid(1000) + i64::from(h.rem_euclid(1000) != 0)),
+            ),
+            None => (Value::Null, Value::Null),
+        };
+        args.insert(lo, l);
+        args.insert(hi, h);
+        Ok(())
     }
 
     /// Maps one event and writes it.
@@ -109,7 +147,7 @@ impl<W: Write> State<'_, '_, W> {
                  under that name)"
             )));
         }
-        let Some(t) = Self::ns(ts) else {
+        let Some(t) = us_to_ns(ts) else {
             let (f, shown) = (self.field.clone(), ts.to_string());
             return Err(self.fail(format!(
                 "`{f}` is {}, not a number of microseconds",
@@ -118,11 +156,18 @@ impl<W: Write> State<'_, '_, W> {
         };
         let original = ts.clone();
         let (outside, ambiguous) = (self.mapper.outside, self.mapper.ambiguous);
-        let mapped = self.mapper.map(t);
+        let mapped = match self.interval.clone() {
+            None => self.mapper.map(t),
+            Some(names) => {
+                let m = self.mapper.map_with_interval(t);
+                self.bounds(&mut event, names, m.interval)?;
+                m.t_ns
+            }
+        };
         if self.field == "ts"
             && let Some(dur) = event.get("dur")
         {
-            let Some(d) = Self::ns(dur) else {
+            let Some(d) = us_to_ns(dur) else {
                 let shown = dur.to_string();
                 return Err(self.fail(format!(
                     "`dur` is {}, not a number of microseconds",
@@ -226,13 +271,14 @@ impl<'de, W: Write> Visitor<'de> for Document<'_, '_, '_, W> {
     }
 }
 
-/// Rewrites a Chrome trace-event JSON document; `field` (default `ts`) in µs. `name` names the
-/// input in errors (`name:line: event N: …`).
+/// Rewrites a Chrome trace-event JSON document; `field` (default `ts`) in µs, with `interval`
+/// its bounds in `args`. `name` names the input in errors (`name:line: event N: …`).
 pub fn apply_chrome<R: BufRead, W: Write>(
     input: R,
     name: &str,
     out: W,
     field: &str,
+    interval: bool,
     mapper: &mut NodeMapper<'_>,
 ) -> Result<ApplySummary, ApplyError> {
     let lines = Rc::new(Cell::new(0));
@@ -244,6 +290,7 @@ pub fn apply_chrome<R: BufRead, W: Write>(
         out,
         field: field.to_string(),
         local: format!("{field}_local"),
+        interval: interval.then(|| super::interval_names(field)),
         mapper,
         summary: ApplySummary::default(),
         failure: None,

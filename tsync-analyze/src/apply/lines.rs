@@ -32,10 +32,13 @@ pub enum LineError {
     NotInteger(String),
     /// The line already has `<field>_local` (applied twice?).
     HasLocal,
+    /// The line already has a field that `apply` adds (named).
+    Has(String),
 }
 
 impl LineError {
-    fn describe(&self, field: &str) -> String {
+    /// The error in words, for the time field `field`.
+    pub fn describe(&self, field: &str) -> String {
         match self {
             LineError::Syntax(why) => format!("not valid JSON: {why}"),
             LineError::NotObject => "not a JSON object (JSON Lines: one object per line)".into(),
@@ -49,6 +52,10 @@ impl LineError {
             LineError::HasLocal => format!(
                 "the line already has `{field}_local`: was the file applied already? (the \
                  original time is kept under that name)"
+            ),
+            LineError::Has(name) => format!(
+                "the line already has `{name}`: was the file applied already? (--interval \
+                 writes the guaranteed interval under that name)"
             ),
         }
     }
@@ -213,11 +220,12 @@ impl<'a> Scanner<'a> {
 
     #[inline]
     fn digits(&mut self) -> Scan<()> {
-        let start = self.i;
-        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
-            self.i += 1;
-        }
-        if self.i == start { Err(()) } else { Ok(()) }
+        let n = self.s[self.i.min(self.s.len())..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        self.i += n;
+        if n == 0 { Err(()) } else { Ok(()) }
     }
 
     /// A number; returns whether it is an integer (no fraction, no exponent).
@@ -344,10 +352,19 @@ fn key_is(s: &[u8], (k0, k1): (usize, usize), escaped: bool, name: &[u8]) -> boo
     serde_json::from_slice::<String>(&s[k0 - 1..k1 + 1]).is_ok_and(|k| k.as_bytes() == name)
 }
 
-/// Validates `line` (without its line break) as one JSON object and finds its top-level `field`,
-/// which must be an integer; `local` is the name the original will be kept under, which must
-/// not be there yet.
-pub fn locate(line: &[u8], field: &[u8], local: &[u8]) -> Result<Located, LineError> {
+/// The top-level members of one JSON object line that a caller asked for.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Members<const N: usize> {
+    /// Per name asked for: the byte range of its value, if the object has it.
+    pub at: [Option<(usize, usize)>; N],
+    /// The first name (by its index) that the object holds twice.
+    pub duplicate: Option<usize>,
+}
+
+/// Validates `line` (without its line break) as one JSON object — the full grammar, UTF-8
+/// included — and finds its top-level members named `names` (nested objects are not looked
+/// into). Errors are only `Syntax` and `NotObject`.
+pub fn members<const N: usize>(line: &[u8], names: [&[u8]; N]) -> Result<Members<N>, LineError> {
     let syntax = || {
         LineError::Syntax(
             match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
@@ -370,15 +387,16 @@ pub fn locate(line: &[u8], field: &[u8], local: &[u8]) -> Result<Located, LineEr
             syntax()
         });
     }
-    let mut found: Option<(usize, usize)> = None;
-    let mut duplicate = false;
-    let mut has_local = false;
+    let mut found = Members {
+        at: [None; N],
+        duplicate: None,
+    };
     sc.object(1, &mut |s, key, escaped, value| {
-        if key_is(s, key, escaped, field) {
-            duplicate |= found.is_some();
-            found = Some(value);
-        } else if key_is(s, key, escaped, local) {
-            has_local = true;
+        if let Some(k) = names.iter().position(|n| key_is(s, key, escaped, n)) {
+            if found.at[k].is_some() {
+                found.duplicate = Some(found.duplicate.map_or(k, |d| d.min(k)));
+            }
+            found.at[k] = Some(value);
         }
         Ok(())
     })
@@ -387,65 +405,143 @@ pub fn locate(line: &[u8], field: &[u8], local: &[u8]) -> Result<Located, LineEr
     if sc.i != line.len() {
         return Err(syntax());
     }
-    let (start, end) = found.ok_or(LineError::Missing)?;
-    if duplicate {
-        return Err(LineError::Duplicate);
-    }
-    if has_local {
-        return Err(LineError::HasLocal);
-    }
-    let text = &line[start..end];
-    let not_integer = || {
-        let t = String::from_utf8_lossy(text);
-        LineError::NotInteger(if t.chars().count() > 40 {
-            format!("{}…", t.chars().take(40).collect::<String>())
-        } else {
-            t.into_owned()
-        })
-    };
+    Ok(found)
+}
+
+/// A JSON integer's text as an i64: digits with an optional minus sign, no fraction, no
+/// exponent, within 64 bits.
+#[inline]
+pub fn integer(text: &[u8]) -> Option<i64> {
     let (negative, digits) = match text.strip_prefix(b"-") {
         Some(d) => (true, d),
         None => (false, text),
     };
     if digits.is_empty() {
-        return Err(not_integer());
+        return None;
     }
-    // Accumulated negative, so that i64::MIN fits; None on overflow or a non-digit.
-    let magnitude = digits.iter().try_fold(0i64, |acc, &b| {
+    // Any 19 digits fit in a u64 (10^19 − 1 < 2^64): one pass without overflow checks, then
+    // the range check. More digits are out of range anyway (leading zeros are not JSON).
+    if digits.len() > 19 {
+        return None;
+    }
+    let mut v = 0u64;
+    for &b in digits {
         let d = b.wrapping_sub(b'0');
         if d > 9 {
             return None;
         }
-        acc.checked_mul(10)?.checked_sub(i64::from(d))
-    });
-    let value = match magnitude {
-        Some(m) if negative => m,
-        Some(m) => m.checked_neg().ok_or_else(not_integer)?,
-        None => return Err(not_integer()),
+        v = v * 10 + u64::from(d);
+    }
+    if negative {
+        0i64.checked_sub_unsigned(v)
+    } else {
+        i64::try_from(v).ok()
+    }
+}
+
+/// Appends the next line of `input` (with its line break, if any) to `line`; false at the end.
+/// (`BufRead::read_until` scans with a slower byte search than the `memchr` crate's.)
+pub fn read_line<R: BufRead>(input: &mut R, line: &mut Vec<u8>) -> std::io::Result<bool> {
+    let mut any = false;
+    loop {
+        let buf = match input.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            return Ok(any);
+        }
+        any = true;
+        match memchr::memchr(b'\n', buf) {
+            Some(nl) => {
+                line.extend_from_slice(&buf[..=nl]);
+                input.consume(nl + 1);
+                return Ok(true);
+            }
+            None => {
+                let n = buf.len();
+                line.extend_from_slice(buf);
+                input.consume(n);
+            }
+        }
+    }
+}
+
+/// `text` for an error message: cut to 40 characters.
+fn shown(text: &[u8]) -> String {
+    let t = String::from_utf8_lossy(text);
+    if t.chars().count() > 40 {
+        format!("{}…", t.chars().take(40).collect::<String>())
+    } else {
+        t.into_owned()
+    }
+}
+
+/// Validates `line` (without its line break) as one JSON object and finds its top-level `field`,
+/// which must be an integer; `local` is the name the original will be kept under, which must
+/// not be there yet.
+pub fn locate(line: &[u8], field: &[u8], local: &[u8]) -> Result<Located, LineError> {
+    locate_new(line, field, local, &[])
+}
+
+/// [`locate`], and the names in `added` (what `--interval` adds) must not be there either.
+fn locate_new(
+    line: &[u8],
+    field: &[u8],
+    local: &[u8],
+    added: &[&[u8]],
+) -> Result<Located, LineError> {
+    let [lo, hi] = match added {
+        [lo, hi] => [*lo, *hi],
+        _ => [local, local],
     };
+    let m = members(line, [field, local, lo, hi])?;
+    let (start, end) = m.at[0].ok_or(LineError::Missing)?;
+    if m.duplicate == Some(0) {
+        return Err(LineError::Duplicate);
+    }
+    if m.at[1].is_some() {
+        return Err(LineError::HasLocal);
+    }
+    if let Some(k) = (2..4).find(|&k| m.at[k].is_some()) {
+        return Err(LineError::Has(
+            String::from_utf8_lossy([lo, hi][k - 2]).into_owned(),
+        ));
+    }
+    let value = integer(&line[start..end])
+        .ok_or_else(|| LineError::NotInteger(shown(&line[start..end])))?;
     Ok(Located { start, end, value })
 }
 
+/// A member name as it is written between quotes in JSON.
+pub(crate) fn json_key(name: &str) -> Vec<u8> {
+    let quoted = serde_json::to_string(name).expect("a string serializes");
+    quoted.as_bytes()[1..quoted.len() - 1].to_vec()
+}
+
 /// Rewrites a JSON Lines stream: per line, `field` mapped by `mapper`, the original kept as
-/// `<field>_local` right after it. Blank lines are passed through. `name` names the input in
-/// errors (`name:line: …`).
+/// `<field>_local` right after it; with `interval`, the guaranteed interval after that as
+/// `<field>_lo` and `<field>_hi` (`null` where there is none). Blank lines are passed through.
+/// `name` names the input in errors (`name:line: …`).
 pub fn apply_jsonl<R: BufRead, W: Write>(
     mut input: R,
     name: &str,
     mut out: W,
     field: &str,
+    interval: bool,
     mapper: &mut NodeMapper<'_>,
 ) -> Result<ApplySummary, ApplyError> {
     let local = format!("{field}_local");
-    let mut inserted = Vec::with_capacity(local.len() + 8);
-    inserted.extend_from_slice(b",\"");
-    inserted.extend_from_slice(
-        serde_json::to_string(&local)
-            .expect("a string serializes")
-            .trim_matches('"')
-            .as_bytes(),
-    );
-    inserted.extend_from_slice(b"\":");
+    let (lo_name, hi_name) = super::interval_names(field);
+    let added: &[&[u8]] = if interval {
+        &[lo_name.as_bytes(), hi_name.as_bytes()]
+    } else {
+        &[]
+    };
+    let member = |key: &str| [&b",\""[..], &json_key(key), b"\":"].concat();
+    let inserted = member(&local);
+    let (lo_key, hi_key) = (member(&lo_name), member(&hi_name));
     let mut summary = ApplySummary::default();
     let mut number = itoa::Buffer::new();
     let mut number_no = 0u64;
@@ -465,15 +561,35 @@ pub fn apply_jsonl<R: BufRead, W: Write>(
             summary.passed_through += 1;
             return Ok(());
         }
-        let at = locate(body, field.as_bytes(), local.as_bytes()).map_err(|e| {
+        let at = locate_new(body, field.as_bytes(), local.as_bytes(), added).map_err(|e| {
             ApplyError::Events(format!("{name}:{number_no}: {}", e.describe(field)))
         })?;
-        let mapped = mapper.map(at.value);
+        if !interval {
+            let mapped = mapper.map(at.value);
+            out.write_all(&line[..at.start]).map_err(write_err)?;
+            out.write_all(number.format(mapped).as_bytes())
+                .map_err(write_err)?;
+            out.write_all(&inserted).map_err(write_err)?;
+            out.write_all(&line[at.start..]).map_err(write_err)?;
+            summary.events += 1;
+            return Ok(());
+        }
+        let m = mapper.map_with_interval(at.value);
+        summary.without_interval += u64::from(m.interval.is_none());
         out.write_all(&line[..at.start]).map_err(write_err)?;
-        out.write_all(number.format(mapped).as_bytes())
+        out.write_all(number.format(m.t_ns).as_bytes())
             .map_err(write_err)?;
         out.write_all(&inserted).map_err(write_err)?;
-        out.write_all(&line[at.start..]).map_err(write_err)?;
+        out.write_all(&line[at.start..at.end]).map_err(write_err)?;
+        for (key, bound) in [
+            (&lo_key, m.interval.map(|i| i.0)),
+            (&hi_key, m.interval.map(|i| i.1)),
+        ] {
+            out.write_all(key).map_err(write_err)?;
+            let text = bound.map_or(&b"null"[..], |b| number.format(b).as_bytes());
+            out.write_all(text).map_err(write_err)?;
+        }
+        out.write_all(&line[at.end..]).map_err(write_err)?;
         summary.events += 1;
         Ok::<(), ApplyError>(())
     };
@@ -518,121 +634,4 @@ pub fn apply_jsonl<R: BufRead, W: Write>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn loc(line: &str) -> Result<Located, LineError> {
-        locate(line.as_bytes(), b"ts_ns", b"ts_ns_local")
-    }
-
-    #[test]
-    fn finds_the_top_level_field_only() {
-        let line = r#"{"a":{"ts_ns":1},"s":"ts_ns","ts_ns":  -42 ,"z":[1,{"ts_ns":2}]}"#;
-        let at = loc(line).unwrap();
-        assert_eq!(at.value, -42);
-        assert_eq!(&line[at.start..at.end], "-42");
-    }
-
-    #[test]
-    fn says_what_is_wrong() {
-        assert_eq!(loc(r#"{"x":1}"#), Err(LineError::Missing));
-        assert_eq!(loc(r#"[1,2]"#), Err(LineError::NotObject));
-        assert_eq!(loc(r#"{"ts_ns":1,"ts_ns":2}"#), Err(LineError::Duplicate));
-        assert_eq!(
-            loc(r#"{"ts_ns":1.5}"#),
-            Err(LineError::NotInteger("1.5".into()))
-        );
-        assert_eq!(
-            loc(r#"{"ts_ns":"12"}"#),
-            Err(LineError::NotInteger("\"12\"".into()))
-        );
-        assert_eq!(
-            loc(r#"{"ts_ns":99999999999999999999}"#),
-            Err(LineError::NotInteger("99999999999999999999".into()))
-        );
-        assert_eq!(
-            loc(r#"{"ts_ns":1,"ts_ns_local":1}"#),
-            Err(LineError::HasLocal)
-        );
-        assert!(matches!(loc(r#"{"ts_ns":1,}"#), Err(LineError::Syntax(_))));
-        assert!(matches!(loc(r#"{"ts_ns":1} x"#), Err(LineError::Syntax(_))));
-        // Bytes that are not UTF-8, in a string or outside one.
-        for bad in [
-            &b"{\"ts_ns\":1,\"a\":\"\xff\xfe long enough\"}"[..],
-            b"{\"ts_ns\":1}\xc3",
-        ] {
-            assert!(matches!(
-                locate(bad, b"ts_ns", b"ts_ns_local"),
-                Err(LineError::Syntax(_))
-            ));
-        }
-        // An escaped key is the same key.
-        assert_eq!(loc(r#"{"ts\u005fns":7}"#).unwrap().value, 7);
-    }
-
-    /// Small JSON-ish texts: valid lines and their mutations.
-    fn texts() -> impl Strategy<Value = String> {
-        let atom = prop_oneof![
-            Just("1".to_string()),
-            Just("-0.5e3".to_string()),
-            Just("\"a\\\"b\\u00e9\"".to_string()),
-            Just("true".to_string()),
-            Just("null".to_string()),
-            Just("[]".to_string()),
-            Just("{}".to_string()),
-            Just("\"ts_ns\"".to_string()),
-            Just("\"\\ud83d\\ude00\"".to_string()),
-            Just("\"a long string of more than eight bytes, é ü\"".to_string()),
-            Just("\"tab\tinside\"".to_string()),
-            "[ -~é\t\\\\]{0,40}".prop_map(|t| format!("\"{t}\"")),
-            Just("\"\\udc00\"".to_string()),
-        ];
-        let value = atom.prop_recursive(3, 16, 4, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4)
-                    .prop_map(|v| format!("[{}]", v.join(","))),
-                prop::collection::vec(("[a-z_]{1,6}", inner), 0..4).prop_map(|kv| {
-                    let m: Vec<String> = kv.iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
-                    format!("{{{}}}", m.join(", "))
-                }),
-            ]
-        });
-        (
-            value,
-            prop::collection::vec((0usize..64, any::<u8>()), 0..3),
-        )
-            .prop_map(|(v, edits)| {
-                let mut b = format!("{{\"ts_ns\":123,\"v\":{v}}}").into_bytes();
-                for (at, byte) in edits {
-                    let at = at % (b.len() + 1);
-                    match byte % 3 {
-                        0 if at < b.len() => {
-                            b.remove(at);
-                        }
-                        1 => b.insert(at, b"{}[]\",:\\ 0e-.x"[byte as usize % 14]),
-                        _ if at < b.len() => b[at] = b"{}[]\",:\\ 0e-.x"[byte as usize % 14],
-                        _ => {}
-                    }
-                }
-                String::from_utf8_lossy(&b).into_owned()
-            })
-    }
-
-    proptest! {
-        /// The scanner accepts exactly what serde_json accepts as a JSON object.
-        #[test]
-        fn agrees_with_serde_json(text in texts()) {
-            let serde: Result<serde_json::Value, _> = serde_json::from_str(&text);
-            let ours = loc(&text);
-            match serde {
-                Ok(serde_json::Value::Object(_)) => prop_assert!(
-                    !matches!(ours, Err(LineError::Syntax(_)) | Err(LineError::NotObject)),
-                    "{}: {:?}", text, ours
-                ),
-                Ok(_) => prop_assert_eq!(ours, Err(LineError::NotObject), "{}", text),
-                Err(_) => prop_assert!(matches!(ours, Err(LineError::Syntax(_))), "{}: {:?}", text, ours),
-            }
-        }
-    }
-}
+mod tests;

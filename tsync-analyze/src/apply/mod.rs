@@ -4,8 +4,9 @@
 //! that node's clock and want them on one timeline; `sync` computes the maps, and this module
 //! carries them to any timestamp: [`CommonTimebase`] maps `(node, clock, t)` to the reference's
 //! timebase with the guaranteed interval, and the submodules rewrite whole files with it —
-//! JSON Lines and CSV ([`lines`], [`csv`]), Chrome trace-event JSON ([`chrome`]) and LTTng's CTF
-//! traces ([`ctf`]), each streamed in constant memory.
+//! JSON Lines and CSV ([`lines`], [`csv`]), Chrome trace-event JSON ([`chrome`]), OpenTelemetry
+//! traces in OTLP/JSON with many nodes per file ([`otlp`]) and LTTng's CTF traces ([`ctf`]), each
+//! streamed in constant memory ([`stream`]: standard input, gzip).
 //!
 //! **Which clock.** `Monotonic` is the node's CLOCK_MONOTONIC as its trace file records it (with
 //! the agent's `--clock-skew`, the skewed clock: the validation setups stamp their application
@@ -23,7 +24,9 @@ pub mod chrome;
 pub mod csv;
 pub mod ctf;
 pub mod lines;
+pub mod otlp;
 pub mod realtime;
+pub mod stream;
 
 use crate::estimate::SyncResult;
 use crate::input::InputSet;
@@ -100,7 +103,7 @@ pub struct Mapped {
     /// The guaranteed interval around it (floor, ceil), where the synchronization gives one:
     /// the pairs' intervals along the node's path, the raw-clock conversions, and for realtime
     /// both nodes' sample brackets. None where no guarantee holds (approximate pairs, outside
-    /// the pairs' spans, an unsynchronized node).
+    /// the pairs' spans or the node's recorded span, an unsynchronized node).
     pub interval: Option<(i64, i64)>,
     /// True when `t` lies outside the node's recorded span (mapped with the nearest segment).
     pub outside_span: bool,
@@ -386,7 +389,14 @@ impl NodeMapper<'_> {
         let (mono, outside) = self.monotonic(t_ns);
         self.outside += u64::from(outside);
         let mapped = self.map.apply_near(mono as f64, &mut self.hint).round() as i64;
-        let interval = self.timebase.sync.interval(self.node, mono);
+        // Outside the recorded span no guarantee holds: for realtime stamps the way to the
+        // monotonic clock is itself extrapolated there (a step could hide before the first
+        // sample or after the last).
+        let interval = if outside {
+            None
+        } else {
+            self.timebase.sync.interval(self.node, mono)
+        };
         let t = self.back(mapped);
         let interval = interval.map(|(lo, hi)| {
             let (lo, hi) = (lo.floor() as i64, hi.ceil() as i64);
@@ -424,4 +434,13 @@ pub struct ApplySummary {
     pub ambiguous: u64,
     /// Records passed through without a time (blank lines; Chrome metadata events).
     pub passed_through: u64,
+    /// With `--interval`: events written without an interval (no guarantee holds there:
+    /// outside the node's recorded span, or no accurate pair on its path).
+    pub without_interval: u64,
+}
+
+/// The names `--interval` writes a time field's guaranteed interval under: `<field>_lo`,
+/// `<field>_hi`.
+pub fn interval_names(field: &str) -> (String, String) {
+    (format!("{field}_lo"), format!("{field}_hi"))
 }

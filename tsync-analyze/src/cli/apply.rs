@@ -1,11 +1,13 @@
-//! `tsync-analyze apply`: one node's own events (application logs, spans, a Chrome trace, an
-//! LTTng trace) rewritten onto the common timebase with the maps `sync` computes.
+//! `tsync-analyze apply`: the user's own events (application logs, spans, a Chrome trace, an
+//! LTTng trace, OpenTelemetry traces of many nodes) rewritten onto the common timebase with the
+//! maps `sync` computes.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter};
+use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use tsync_analyze::apply::otlp::{self, OtlpOptions, OtlpSummary};
+use tsync_analyze::apply::stream::{self, Sink};
 use tsync_analyze::apply::{chrome, csv, ctf, lines};
 use tsync_analyze::output::{InputIds, OutputDir, OutputFile};
 use tsync_analyze::{ApplyError, ApplySummary, CommonTimebase, InputSet, NodeClock};
@@ -14,28 +16,39 @@ use super::{CliError, CmdResult, SyncArgs, progress};
 
 #[derive(Args)]
 pub struct ApplyCmd {
-    /// The node's events: a JSON Lines, CSV or Chrome trace file (`-` for standard input), or
-    /// an LTTng trace directory (ctf).
+    /// The node's events: a JSON Lines, CSV, Chrome trace or OTLP/JSON file (`-` for standard
+    /// input; gzip is recognized), or an LTTng trace directory (ctf).
     #[arg(long, value_name = "FILE")]
     pub events: PathBuf,
-    /// The node (trace name, or index) that stamped the events.
+    /// The node (trace name, or index) that stamped the events. Required except with --format
+    /// otlp, where each resource names its node (and --node forces one for all).
     #[arg(long, value_name = "NAME")]
-    pub node: String,
+    pub node: Option<String>,
+    /// otlp: the resource attribute that names a span's node (a trace name of the inputs).
+    #[arg(long, value_name = "KEY", default_value = otlp::NODE_ATTRIBUTE)]
+    pub node_attribute: String,
     /// The clock the events were stamped with: the node's CLOCK_MONOTONIC (as its trace records
     /// it; the result is on the reference's), or CLOCK_REALTIME (through both nodes' clock
-    /// samples; the result is on the reference's realtime clock).
-    #[arg(long, value_enum, default_value = "monotonic")]
-    pub clock: ClockArg,
+    /// samples; the result is on the reference's realtime clock) [default: realtime for otlp,
+    /// else monotonic].
+    #[arg(long, value_enum)]
+    pub clock: Option<ClockArg>,
     /// Format of FILE and of the output [default: ctf for a directory, csv for *.csv, chrome for
-    /// *.json, else jsonl].
+    /// *.json, else jsonl; otlp is never guessed].
     #[arg(long, value_enum)]
     pub format: Option<ApplyFormat>,
+    /// jsonl, csv, chrome: also write each time's guaranteed interval on the reference's
+    /// timebase, as <FIELD>_lo and <FIELD>_hi (chrome: in `args`, µs rounded outwards); empty
+    /// where no guarantee holds (outside the node's recorded span). otlp always writes it.
+    #[arg(long)]
+    pub interval: bool,
     /// The time field [default: ts_ns (integer ns) for jsonl and csv, ts (µs) for chrome]. The
     /// original is kept as <FIELD>_local.
     #[arg(long, value_name = "NAME")]
     pub field: Option<String>,
-    /// Output file (`-` for stdout), or for ctf a new directory. Written under a temporary name
-    /// and renamed into place once complete; an input is never accepted as the output.
+    /// Output file (`-` for stdout; gzip-compressed if it ends in `.gz`), or for ctf a new
+    /// directory. Written under a temporary name and renamed into place once complete; an input
+    /// is never accepted as the output.
     #[arg(short, long, value_name = "OUT")]
     pub output: PathBuf,
     #[command(flatten)]
@@ -54,6 +67,9 @@ pub enum ApplyFormat {
     Csv,
     Chrome,
     Ctf,
+    /// OpenTelemetry traces, OTLP/JSON: one `TracesData` per line (the Collector's file
+    /// exporter), spans of many nodes.
+    Otlp,
 }
 
 impl ApplyFormat {
@@ -63,6 +79,7 @@ impl ApplyFormat {
             ApplyFormat::Csv => "csv",
             ApplyFormat::Chrome => "chrome",
             ApplyFormat::Ctf => "ctf",
+            ApplyFormat::Otlp => "otlp",
         }
     }
 
@@ -89,23 +106,37 @@ pub fn protected_inputs(a: &ApplyCmd) -> Vec<PathBuf> {
 pub fn run(a: ApplyCmd) -> CmdResult {
     let format = a.format.unwrap_or_else(|| ApplyFormat::guess(&a.events));
     let clock = match a.clock {
-        ClockArg::Monotonic => NodeClock::Monotonic,
-        ClockArg::Realtime => NodeClock::Realtime,
+        Some(ClockArg::Monotonic) => NodeClock::Monotonic,
+        Some(ClockArg::Realtime) => NodeClock::Realtime,
+        None if format == ApplyFormat::Otlp => NodeClock::Realtime,
+        None => NodeClock::Monotonic,
     };
     let field = match (&a.field, format) {
-        (Some(_), ApplyFormat::Ctf) => {
-            return Err(CliError::usage(
-                "--field does not apply with --format ctf (the clock class is rewritten)",
-            ));
+        (Some(_), ApplyFormat::Ctf | ApplyFormat::Otlp) => {
+            return Err(CliError::usage(format!(
+                "--field does not apply with --format {} (its time fields are known)",
+                format.name()
+            )));
         }
         (Some(f), _) => f.clone(),
         (None, ApplyFormat::Chrome) => "ts".into(),
         (None, _) => "ts_ns".into(),
     };
+    if a.node.is_none() && format != ApplyFormat::Otlp {
+        return Err(CliError::usage(
+            "--node NAME is required (the node that stamped the events); only --format otlp \
+             takes each span's node from its resource",
+        ));
+    }
     if format == ApplyFormat::Ctf {
         if clock == NodeClock::Realtime {
             return Err(CliError::usage(
                 "--clock realtime does not apply with --format ctf (LTTng's clock is CLOCK_MONOTONIC)",
+            ));
+        }
+        if a.interval {
+            return Err(CliError::usage(
+                "--interval does not apply with --format ctf (the clock class holds one line)",
             ));
         }
         if !a.events.is_dir() {
@@ -135,10 +166,42 @@ pub fn run(a: ApplyCmd) -> CmdResult {
         super::warn(w);
     }
     let timebase = CommonTimebase::new(result, &inputs)?;
-    let node = timebase.node(&a.node)?;
+    let forced = a.node.as_deref().map(|n| timebase.node(n)).transpose()?;
+    if format == ApplyFormat::Otlp {
+        let options = OtlpOptions {
+            node_attribute: a.node_attribute.clone(),
+            node: forced,
+            clock,
+        };
+        let summary = rewrite(&a, |reader, shown, writer| {
+            otlp::apply_otlp(reader, shown, writer, &timebase, &options)
+        })?;
+        let Some(summary) = summary else {
+            return Ok(());
+        };
+        report_otlp(&summary, &options, &timebase, &a.output);
+        let unsynchronized: Vec<&str> = summary
+            .spans
+            .keys()
+            .filter(|n| {
+                timebase
+                    .node(n)
+                    .is_ok_and(|k| !timebase.sync.traces[k as usize].synchronized)
+            })
+            .map(String::as_str)
+            .collect();
+        if !unsynchronized.is_empty() {
+            return Err(CliError::NotSynchronized(format!(
+                "{} not synchronized with any other trace: their spans were written through the \
+                 identity map (see the warnings above)",
+                unsynchronized.join(", ")
+            )));
+        }
+        return super::synchronized_enough(&timebase.sync, a.sync.strict);
+    }
+    let node = forced.expect("checked above: --node is required here");
     let name = timebase.names()[node as usize].clone();
     let reference = timebase.names()[timebase.reference(node) as usize].clone();
-    let shown = a.events.display().to_string();
     if format == ApplyFormat::Ctf {
         let out = OutputDir::create(&a.output, &[a.events.as_path()])?;
         let traces = ctf::apply_dir(&a.events, out.path(), &timebase, node)?;
@@ -146,38 +209,22 @@ pub fn run(a: ApplyCmd) -> CmdResult {
         report_ctf(&traces, &name, &reference, &timebase, node, &a.output);
     } else {
         let mut mapper = timebase.mapper(node, clock)?;
-        let ids = InputIds::of(&protected_inputs(&a));
-        let mut out = OutputFile::create(&a.output, "", &ids)?;
-        let reader: Box<dyn BufRead> = if a.events == Path::new("-") {
-            Box::new(BufReader::with_capacity(1 << 20, std::io::stdin().lock()))
-        } else {
-            let f = File::open(&a.events)
-                .map_err(|e| CliError::msg(format!("cannot read {shown}: {e}")))?;
-            Box::new(BufReader::with_capacity(1 << 20, f))
-        };
-        let writer = BufWriter::with_capacity(1 << 20, &mut out);
-        let done = match format {
-            ApplyFormat::Jsonl => lines::apply_jsonl(reader, &shown, writer, &field, &mut mapper),
-            ApplyFormat::Csv => csv::apply_csv(reader, &shown, writer, &field, &mut mapper),
+        let interval = a.interval;
+        let summary = rewrite(&a, |reader, shown, writer| match format {
+            ApplyFormat::Jsonl => {
+                lines::apply_jsonl(reader, shown, writer, &field, interval, &mut mapper)
+            }
+            ApplyFormat::Csv => {
+                csv::apply_csv(reader, shown, writer, &field, interval, &mut mapper)
+            }
             ApplyFormat::Chrome => {
-                chrome::apply_chrome(reader, &shown, writer, &field, &mut mapper)
+                chrome::apply_chrome(reader, shown, writer, &field, interval, &mut mapper)
             }
-            ApplyFormat::Ctf => unreachable!("handled above"),
+            ApplyFormat::Ctf | ApplyFormat::Otlp => unreachable!("handled above"),
+        })?;
+        let Some(summary) = summary else {
+            return Ok(());
         };
-        let summary = match done {
-            Ok(s) => s,
-            Err(ApplyError::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::BrokenPipe =>
-            {
-                return Ok(());
-            }
-            // Dropping `out` removes the partial file: the target stays as it was.
-            Err(e @ ApplyError::Io { .. }) if out.io_error().is_some() => {
-                return Err(CliError::msg(out.failure(&e)));
-            }
-            Err(e) => return Err(e.into()),
-        };
-        out.commit()?;
         report(
             &summary, format, clock, &name, &reference, &timebase, node, &a.output,
         );
@@ -189,6 +236,105 @@ pub fn run(a: ApplyCmd) -> CmdResult {
         )));
     }
     super::synchronized_enough(&timebase.sync, a.sync.strict)
+}
+
+/// Runs `apply` from the events file (gzip or not) to the output (temporary file, renamed into
+/// place; gzip for `*.gz`). None when the reader of standard output went away (nothing more to
+/// say).
+fn rewrite<S>(
+    a: &ApplyCmd,
+    apply: impl FnOnce(
+        Box<dyn std::io::BufRead>,
+        &str,
+        &mut Sink<BufWriter<&mut OutputFile>>,
+    ) -> Result<S, ApplyError>,
+) -> Result<Option<S>, CliError> {
+    let shown = a.events.display().to_string();
+    let ids = InputIds::of(&protected_inputs(a));
+    let mut out = OutputFile::create(&a.output, "", &ids)?;
+    let reader =
+        stream::open(&a.events).map_err(|e| CliError::msg(format!("cannot read {shown}: {e}")))?;
+    let mut sink = Sink::new(BufWriter::with_capacity(1 << 20, &mut out), &a.output);
+    let done = apply(reader, &shown, &mut sink).and_then(|s| {
+        sink.finish().map_err(|source| ApplyError::Io {
+            what: "cannot write the output".into(),
+            source,
+        })?;
+        Ok(s)
+    });
+    let summary = match done {
+        Ok(s) => s,
+        Err(ApplyError::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => {
+            return Ok(None);
+        }
+        // Dropping `out` removes the partial file: the target stays as it was.
+        Err(e @ ApplyError::Io { .. }) if out.io_error().is_some() => {
+            return Err(CliError::msg(out.failure(&e)));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    out.commit()?;
+    Ok(Some(summary))
+}
+
+fn report_otlp(s: &OtlpSummary, o: &OtlpOptions, timebase: &CommonTimebase, out: &Path) {
+    let spans: u64 = s.spans.values().sum();
+    let per_node: Vec<String> = s.spans.iter().map(|(n, k)| format!("{n}: {k}")).collect();
+    eprintln!(
+        "tsync-analyze: apply: {spans} OTLP spans ({}) and {} span events in {} batches mapped \
+         ({}) onto their references' timebase to {}; {} times mapped, {} of them with a \
+         guaranteed interval",
+        per_node.join(", "),
+        s.span_events,
+        s.batches,
+        o.clock.as_str(),
+        out.display(),
+        s.times,
+        s.times - s.without_interval
+    );
+    let known = timebase.names().join(", ");
+    for (name, n) in &s.unknown_nodes {
+        eprintln!(
+            "tsync-analyze: apply: warning: {n} spans of resources whose `{}` is `{name}` left \
+             unchanged: no trace of that name (the traces are: {known})",
+            o.node_attribute
+        );
+    }
+    if s.without_node > 0 {
+        eprintln!(
+            "tsync-analyze: apply: warning: {} spans of resources without a `{}` attribute left \
+             unchanged (name the attribute with --node-attribute, or the node with --node)",
+            s.without_node, o.node_attribute
+        );
+    }
+    if s.outside_span > 0 {
+        eprintln!(
+            "tsync-analyze: apply: {} times lie outside their node's recorded span: mapped with \
+             the nearest segment's line, continued, without an interval (no message backs the \
+             map there)",
+            s.outside_span
+        );
+    }
+    if s.without_interval > s.outside_span {
+        eprintln!(
+            "tsync-analyze: apply: {} times inside the recorded spans have no guaranteed \
+             interval (no accurate pair on their node's path)",
+            s.without_interval - s.outside_span
+        );
+    }
+    if s.unset > 0 {
+        eprintln!(
+            "tsync-analyze: apply: {} times are unset (0 or absent) and were kept",
+            s.unset
+        );
+    }
+    if s.ambiguous > 0 {
+        eprintln!(
+            "tsync-analyze: apply: {} realtime stamps occurred twice on their node (its \
+             realtime clock was stepped back): taken in file order",
+            s.ambiguous
+        );
+    }
 }
 
 fn span_text(timebase: &CommonTimebase, node: u32) -> String {
@@ -237,6 +383,13 @@ fn report(
             "tsync-analyze: apply: {} realtime stamps occurred twice on {node} (its realtime \
              clock was stepped back): taken in file order",
             s.ambiguous
+        );
+    }
+    if s.without_interval > 0 {
+        eprintln!(
+            "tsync-analyze: apply: {} events have no guaranteed interval (outside the recorded \
+             span, or no accurate pair on {node}'s path): their bounds are empty",
+            s.without_interval
         );
     }
 }

@@ -5,6 +5,7 @@ pub mod correct;
 pub mod eval;
 pub mod export;
 pub mod info;
+pub mod merge;
 pub mod messages;
 pub mod progress;
 pub mod spool;

@@ -2,8 +2,11 @@
 //! tshark. (Each test crate uses some of them.)
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use tsync_sim::{Delay, DelayTail, LinearClock, Workload};
 
 /// The path of one of the LTTV reference cases (`tests/data/lttv/NAME`).
 pub fn lttv(name: &str) -> String {
@@ -50,4 +53,82 @@ pub fn message(m: tsync_sim::Message) -> tsync_analyze::Message {
         send_ns: m.send_ns,
         recv_ns: m.recv_ns,
     }
+}
+
+/// Two trace files of nodes with skewed clocks, clock samples every simulated second (realtime
+/// = the true time + 2026-01-01).
+pub fn two_traces(dir: &Path) -> (Vec<PathBuf>, Workload) {
+    let w = Workload {
+        clocks: vec![
+            LinearClock {
+                offset_ns: 2e9,
+                drift_ppm: 30.0,
+            },
+            LinearClock {
+                offset_ns: 9e9,
+                drift_ppm: -40.0,
+            },
+        ],
+        links: vec![(0, 1)],
+        messages: 40_000,
+        start_ns: 10e9,
+        interval_ns: 500_000.0,
+        delay: Delay {
+            min_ns: 20_000.0,
+            tail: DelayTail::Exponential { mean_ns: 30_000.0 },
+            max_ns: 1_020_000.0,
+        },
+        seed: 5,
+    };
+    (w.write_traces(dir).unwrap(), w)
+}
+
+/// The analyzer binary of this build.
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tsync-analyze"))
+}
+
+/// Runs the analyzer with `args`.
+pub fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run tsync-analyze")
+}
+
+/// What a run wrote to stderr.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A path as an argument.
+pub fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+/// The realtime of the simulation's true time 0 in `trace` (its samples carry that + true time).
+pub fn realtime_base(trace: &str, start_ns: f64) -> i64 {
+    let out = run(&["info", "--json", trace]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    doc[0]["header"]["start_realtime_ns"].as_i64().unwrap() - start_ns as i64
+}
+
+/// Peak RSS (KiB) of `tsync-analyze ARGS` (wait4's rusage). The kernel starts a child's peak at
+/// its parent's, so a test that measures should run in a test binary that holds little.
+#[allow(
+    clippy::zombie_processes,
+    reason = "the child is reaped by wait4, which gives its rusage"
+)]
+pub fn peak_rss_kib<A: AsRef<OsStr>>(args: &[A]) -> i64 {
+    let child = bin()
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    usage.ru_maxrss
 }

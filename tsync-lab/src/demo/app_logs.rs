@@ -1,6 +1,8 @@
 //! The nodes' application logs (written by the traffic generator, stamped with each node's skewed
-//! clock) put on node-0's timebase with `tsync-analyze apply`, merged, and checked: every logged
-//! exchange must read in causal order once applied (it need not before).
+//! clock) put on node-0's timebase with `tsync-analyze apply --interval`, merged into one timeline
+//! by `tsync-analyze merge`, and checked: every logged exchange must read in causal order once
+//! applied (it need not before), every `wall_ns` interval must hold the shared realtime clock's
+//! truth, and the report counts the events whose order the intervals guarantee.
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -15,7 +17,8 @@ const CAUSAL_ORDER: [&str; 4] = [
     "response received",
 ];
 
-/// The nodes' application logs after `tsync-analyze apply`, merged.
+/// The nodes' application logs after `tsync-analyze apply --interval`, merged by
+/// `tsync-analyze merge`.
 pub struct AppLogs {
     /// The merged log's first lines, as written.
     pub head: Vec<String>,
@@ -29,6 +32,13 @@ pub struct AppLogs {
     /// Largest |corrected wall_ns − recorded wall_ns| (ns): the nodes share the machine's
     /// realtime clock, so the realtime path must give it back.
     pub wall_error_ns: i64,
+    /// The exchanges' events whose place `merge` guarantees (`certain`), and the others.
+    pub certain: usize,
+    pub uncertain: usize,
+    /// Events with a `wall_ns` interval, and those whose interval misses the shared realtime
+    /// clock's truth (the recorded `wall_ns`): must be none.
+    pub wall_bounded: usize,
+    pub wall_missed: usize,
 }
 
 impl AppLogs {
@@ -36,55 +46,97 @@ impl AppLogs {
     pub fn report(&self) -> String {
         format!(
             "\napplication logs: {} events of {} exchanges, put on node-0's timebase with \
-             `tsync-analyze apply` (ts_ns: each node's skewed CLOCK_MONOTONIC; wall_ns: \
-             CLOCK_REALTIME); exchanges out of causal order merged by the recorded ts_ns: {}, \
-             after apply: {}; corrected wall_ns off the shared realtime clock by at most {:.3} µs\n\
-             merged log (app-merged.jsonl), first lines:\n{}\n",
+             `tsync-analyze apply --interval` (ts_ns: each node's skewed CLOCK_MONOTONIC; \
+             wall_ns: CLOCK_REALTIME); exchanges out of causal order merged by the recorded \
+             ts_ns: {}, after apply: {}; corrected wall_ns off the shared realtime clock by at \
+             most {:.3} µs; wall_ns intervals holding the truth: {} of {} ({} missed it)\n\
+             merged by `tsync-analyze merge` (app-merged.jsonl): of the {} exchanges' events, {} \
+             certain (their order against every earlier event of another node guaranteed by the \
+             intervals), {} uncertain; first lines:\n{}\n",
             self.events,
             self.exchanges,
             self.out_of_order_before,
             self.out_of_order_after,
             self.wall_error_ns as f64 * 1e-3,
+            self.wall_bounded - self.wall_missed,
+            self.wall_bounded,
+            self.wall_missed,
+            self.exchanges,
+            self.certain,
+            self.uncertain,
             self.head.join("\n")
         )
     }
 }
 
-/// Applies each node's map to its application log (`ts_ns` as monotonic, then `wall_ns` as
-/// realtime) into `app-K.applied.jsonl`, merges the results by corrected time into
-/// `app-merged.jsonl`, and checks every logged exchange: request sent < received < response sent
-/// < received.
+/// Applies each node's map to its application log with `--interval` (`ts_ns` as monotonic, then
+/// `wall_ns` as realtime) into `app-K.applied.jsonl`, merges the results with `tsync-analyze
+/// merge` into `app-merged.jsonl`, and checks every logged exchange (request sent < received <
+/// response sent < received), every `wall_ns` interval against the shared realtime clock, and
+/// counts the exchanges' events whose order `merge` calls certain.
 pub fn apply_and_merge(
     analyzer: &Path,
     files: &[PathBuf],
     nodes: usize,
     out: &Path,
 ) -> anyhow::Result<AppLogs> {
-    let mut all: Vec<Value> = Vec::new();
+    let mut applied: Vec<OsString> = vec!["merge".into()];
     for k in 0..nodes {
-        let applied = apply(analyzer, files, k, out)?;
-        for line in std::fs::read_to_string(&applied)?.lines() {
-            all.push(serde_json::from_str(line)?);
-        }
+        applied.push(apply(analyzer, files, k, out)?.into());
     }
+    let merged = out.join("app-merged.jsonl");
+    applied.extend(["-o".into(), merged.clone().into()]);
+    super::run_analyzer(analyzer, "merge of the applied logs", &applied, &[])?;
+    let text = std::fs::read_to_string(&merged)?;
+    let all: Vec<Value> = text
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
     let wall_error_ns = all
         .iter()
         .map(|e| (time(e, "wall_ns") - time(e, "wall_ns_local")).abs())
         .max()
         .unwrap_or(0);
+    // Every namespace reads the machine's one CLOCK_REALTIME: the recorded wall_ns is the truth.
+    let bounded: Vec<&Value> = all.iter().filter(|e| e["wall_ns_lo"].is_i64()).collect();
+    let wall_missed = bounded
+        .iter()
+        .filter(|e| {
+            let truth = time(e, "wall_ns_local");
+            !(time(e, "wall_ns_lo") <= truth && truth <= time(e, "wall_ns_hi"))
+        })
+        .count();
     let (exchanges, out_of_order_before) = out_of_order(&all, "ts_ns_local");
     let (_, out_of_order_after) = out_of_order(&all, "ts_ns");
-    all.sort_by_key(|e| time(e, "ts_ns"));
-    let merged: Vec<String> = all.iter().map(|e| e.to_string()).collect();
-    std::fs::write(out.join("app-merged.jsonl"), merged.join("\n") + "\n")?;
+    let (certain, uncertain) = order_verdicts(&all);
     Ok(AppLogs {
-        head: merged.iter().take(8).cloned().collect(),
+        head: text.lines().take(8).map(str::to_owned).collect(),
         events: all.len(),
         exchanges,
         out_of_order_before,
         out_of_order_after,
         wall_error_ns,
+        certain,
+        uncertain,
+        wall_bounded: bounded.len(),
+        wall_missed,
     })
+}
+
+/// Among the events of exchanges logged on both sides: how many `merge` flagged `certain` and
+/// how many `uncertain`.
+fn order_verdicts(events: &[Value]) -> (usize, usize) {
+    let mut by: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for e in events {
+        by.entry(e["exchange"].as_str().unwrap_or(""))
+            .or_default()
+            .push(e["tsync_order"].as_str().unwrap_or(""));
+    }
+    let verdicts = || by.values().filter(|v| v.len() == 4).flatten();
+    (
+        verdicts().filter(|v| **v == "certain").count(),
+        verdicts().filter(|v| **v == "uncertain").count(),
+    )
 }
 
 /// Node k's log with both its clocks applied: `app-K.applied.jsonl` (the intermediate with
@@ -109,6 +161,7 @@ fn apply(analyzer: &Path, files: &[PathBuf], k: usize, out: &Path) -> anyhow::Re
             field.into(),
             "--clock".into(),
             clock.into(),
+            "--interval".into(),
             "-o".into(),
             to.into(),
         ];

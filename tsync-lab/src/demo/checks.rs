@@ -235,7 +235,7 @@ pub fn verdict(
 pub type PairQuality = (u32, u32, String);
 
 /// The demo's checks: how many there are, and the failed ones, each a line. Two per node (truth
-/// inside, error within `max_error_us`), one per pair (accurate), one for inversions and three
+/// inside, error within `max_error_us`), one per pair (accurate), one for inversions and four
 /// for the application logs.
 pub fn failures(
     max_error_us: f64,
@@ -275,6 +275,12 @@ pub fn failures(
             logs.out_of_order_after, logs.exchanges
         ));
     }
+    if logs.wall_missed > 0 || logs.wall_bounded == 0 {
+        failures.push(format!(
+            "{} of {} applied wall_ns intervals miss the shared realtime clock",
+            logs.wall_missed, logs.wall_bounded
+        ));
+    }
     if logs.wall_error_ns as f64 > max_error_us * 1e3 {
         failures.push(format!(
             "applied wall_ns off the realtime clock by {:.3} µs (more than {} µs)",
@@ -282,5 +288,5 @@ pub fn failures(
             max_error_us
         ));
     }
-    (checks.len() * 2 + pairs.len() + 1 + 3, failures)
+    (checks.len() * 2 + pairs.len() + 1 + 4, failures)
 }

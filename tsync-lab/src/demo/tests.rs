@@ -64,7 +64,12 @@ fn node(k: usize, mid_error_ns: f64, interval: Option<(f64, f64)>) -> NodeCheck 
     }
 }
 
-fn logs(exchanges: usize, out_of_order_after: usize, wall_error_ns: i64) -> AppLogs {
+fn logs(
+    exchanges: usize,
+    out_of_order_after: usize,
+    wall_error_ns: i64,
+    wall_missed: usize,
+) -> AppLogs {
     AppLogs {
         head: Vec::new(),
         events: exchanges * 4,
@@ -72,11 +77,15 @@ fn logs(exchanges: usize, out_of_order_after: usize, wall_error_ns: i64) -> AppL
         out_of_order_before: exchanges,
         out_of_order_after,
         wall_error_ns,
+        certain: exchanges * 3,
+        uncertain: exchanges,
+        wall_bounded: exchanges * 4,
+        wall_missed,
     }
 }
 
 #[test]
-fn three_nodes_make_eleven_checks_and_each_failure_is_named() {
+fn three_nodes_make_twelve_checks_and_each_failure_is_named() {
     let pairs: Vec<_> = [(0, 1), (0, 2), (1, 2)]
         .map(|(a, b)| (a, b, "accurate".to_owned()))
         .into();
@@ -84,8 +93,8 @@ fn three_nodes_make_eleven_checks_and_each_failure_is_named() {
         node(1, 40.0, Some((-500.0, 600.0))),
         node(2, -90.0, Some((-0.5, 0.5))),
     ];
-    let (checked, failed) = failures(5.0, &good, &pairs, 0, &logs(20, 0, 30));
-    assert_eq!((checked, failed.len()), (11, 0), "{failed:?}");
+    let (checked, failed) = failures(5.0, &good, &pairs, 0, &logs(20, 0, 30, 0));
+    assert_eq!((checked, failed.len()), (12, 0), "{failed:?}");
 
     let bad = [
         node(1, 6_000.0, Some((-500.0, 600.0))),
@@ -93,8 +102,8 @@ fn three_nodes_make_eleven_checks_and_each_failure_is_named() {
     ];
     let mut pairs = pairs;
     pairs[2].2 = "unreliable".into();
-    let (checked, failed) = failures(5.0, &bad, &pairs, 3, &logs(0, 1, 9_000));
-    assert_eq!(checked, 11);
+    let (checked, failed) = failures(5.0, &bad, &pairs, 3, &logs(0, 1, 9_000, 0));
+    assert_eq!(checked, 12);
     let expected = [
         "node-1: error 6.000 µs exceeds 5 µs",
         "node-2: truth outside the reported interval",
@@ -102,6 +111,7 @@ fn three_nodes_make_eleven_checks_and_each_failure_is_named() {
         "3 messages inverted after correction",
         "no application-log exchange was logged on both sides",
         "1 of 0 logged exchanges out of causal order after apply",
+        "0 of 0 applied wall_ns intervals miss the shared realtime clock",
         "applied wall_ns off the realtime clock by 9.000 µs (more than 5 µs)",
     ];
     assert_eq!(failed, expected);

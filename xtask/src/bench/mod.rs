@@ -1,6 +1,6 @@
 //! `cargo xtask bench`: every benchmark, and one Markdown report with the machine they ran on.
 //!
-//! `cargo xtask bench capture`, `cargo xtask bench analyze` and `cargo xtask bench apply` run one
+//! `cargo xtask bench capture`, `analyze`, `apply` and `merge` run one
 //! benchmark each; with no subcommand, all run and their tables go into
 //! `target/bench/report.md`, after a line that
 //! says which machine, kernel and commit produced them, and before the simulator's accuracy
@@ -18,6 +18,7 @@ use crate::util::{cargo, defaults, workspace_root};
 pub mod analyze;
 pub mod apply;
 pub mod capture;
+mod merge;
 pub mod mesh;
 
 // `analyze` reaches it here.
@@ -40,6 +41,8 @@ enum Which {
     Mesh(mesh::Args),
     /// `tsync-analyze apply` throughput on a large application log (JSON Lines, CSV).
     Apply(apply::Args),
+    /// `tsync-analyze merge` of three nodes' applied logs, beside GNU `sort -m`.
+    Merge(merge::Args),
 }
 
 impl Args {
@@ -49,6 +52,7 @@ impl Args {
             Some(Which::Capture(args)) => args.run(),
             Some(Which::Mesh(args)) => args.run(),
             Some(Which::Apply(args)) => args.run(),
+            Some(Which::Merge(args)) => args.run(),
             None => all(),
         }
     }
@@ -64,9 +68,11 @@ fn all() -> Result<()> {
     defaults::<capture::Args>()?.run()?;
     defaults::<analyze::Args>()?.run()?;
     defaults::<apply::Args>()?.run()?;
+    defaults::<merge::Args>()?.run()?;
     let capture = read_table(&root.join("target/bench/capture.md"))?;
     let analyze = read_table(&root.join("target/bench/analyze.md"))?;
     let apply = read_table(&root.join("target/bench/apply.md"))?;
+    let merge = read_table(&root.join("target/bench/merge.md"))?;
     let accuracy = accuracy()?;
     let report = format!(
         "# tsync benchmarks\n\n\
@@ -75,6 +81,7 @@ fn all() -> Result<()> {
          {capture}\n\n\
          {analyze}\n\n\
          {apply}\n\n\
+         {merge}\n\n\
          ## Accuracy on simulated clocks (`cargo xtask simulate --check`)\n\n\
          4 nodes, 50 exchanges/s per connection, one-way delays ≥ 30 µs (±5 µs \
          asymmetry) plus an exponential tail of mean 20 µs; offsets up to ±50 ms, drifts up to \

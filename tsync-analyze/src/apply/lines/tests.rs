@@ -1,0 +1,151 @@
+use super::*;
+use proptest::prelude::*;
+
+fn loc(line: &str) -> Result<Located, LineError> {
+    locate(line.as_bytes(), b"ts_ns", b"ts_ns_local")
+}
+
+#[test]
+fn finds_the_top_level_field_only() {
+    let line = r#"{"a":{"ts_ns":1},"s":"ts_ns","ts_ns":  -42 ,"z":[1,{"ts_ns":2}]}"#;
+    let at = loc(line).unwrap();
+    assert_eq!(at.value, -42);
+    assert_eq!(&line[at.start..at.end], "-42");
+}
+
+#[test]
+fn says_what_is_wrong() {
+    assert_eq!(loc(r#"{"x":1}"#), Err(LineError::Missing));
+    assert_eq!(loc(r#"[1,2]"#), Err(LineError::NotObject));
+    assert_eq!(loc(r#"{"ts_ns":1,"ts_ns":2}"#), Err(LineError::Duplicate));
+    assert_eq!(
+        loc(r#"{"ts_ns":1.5}"#),
+        Err(LineError::NotInteger("1.5".into()))
+    );
+    assert_eq!(
+        loc(r#"{"ts_ns":"12"}"#),
+        Err(LineError::NotInteger("\"12\"".into()))
+    );
+    assert_eq!(
+        loc(r#"{"ts_ns":99999999999999999999}"#),
+        Err(LineError::NotInteger("99999999999999999999".into()))
+    );
+    assert_eq!(
+        loc(r#"{"ts_ns":1,"ts_ns_local":1}"#),
+        Err(LineError::HasLocal)
+    );
+    assert!(matches!(loc(r#"{"ts_ns":1,}"#), Err(LineError::Syntax(_))));
+    assert!(matches!(loc(r#"{"ts_ns":1} x"#), Err(LineError::Syntax(_))));
+    // Bytes that are not UTF-8, in a string or outside one.
+    for bad in [
+        &b"{\"ts_ns\":1,\"a\":\"\xff\xfe long enough\"}"[..],
+        b"{\"ts_ns\":1}\xc3",
+    ] {
+        assert!(matches!(
+            locate(bad, b"ts_ns", b"ts_ns_local"),
+            Err(LineError::Syntax(_))
+        ));
+    }
+    // An escaped key is the same key.
+    assert_eq!(loc(r#"{"ts\u005fns":7}"#).unwrap().value, 7);
+}
+
+/// Small JSON-ish texts: valid lines and their mutations.
+fn texts() -> impl Strategy<Value = String> {
+    let atom = prop_oneof![
+        Just("1".to_string()),
+        Just("-0.5e3".to_string()),
+        Just("\"a\\\"b\\u00e9\"".to_string()),
+        Just("true".to_string()),
+        Just("null".to_string()),
+        Just("[]".to_string()),
+        Just("{}".to_string()),
+        Just("\"ts_ns\"".to_string()),
+        Just("\"\\ud83d\\ude00\"".to_string()),
+        Just("\"a long string of more than eight bytes, é ü\"".to_string()),
+        Just("\"tab\tinside\"".to_string()),
+        "[ -~é\t\\\\]{0,40}".prop_map(|t| format!("\"{t}\"")),
+        Just("\"\\udc00\"".to_string()),
+    ];
+    let value = atom.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(","))),
+            prop::collection::vec(("[a-z_]{1,6}", inner), 0..4).prop_map(|kv| {
+                let m: Vec<String> = kv.iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
+                format!("{{{}}}", m.join(", "))
+            }),
+        ]
+    });
+    (
+        value,
+        prop::collection::vec((0usize..64, any::<u8>()), 0..3),
+    )
+        .prop_map(|(v, edits)| {
+            let mut b = format!("{{\"ts_ns\":123,\"v\":{v}}}").into_bytes();
+            for (at, byte) in edits {
+                let at = at % (b.len() + 1);
+                match byte % 3 {
+                    0 if at < b.len() => {
+                        b.remove(at);
+                    }
+                    1 => b.insert(at, b"{}[]\",:\\ 0e-.x"[byte as usize % 14]),
+                    _ if at < b.len() => b[at] = b"{}[]\",:\\ 0e-.x"[byte as usize % 14],
+                    _ => {}
+                }
+            }
+            String::from_utf8_lossy(&b).into_owned()
+        })
+}
+
+proptest! {
+    /// The scanner accepts exactly what serde_json accepts as a JSON object.
+    #[test]
+    fn agrees_with_serde_json(text in texts()) {
+        let serde: Result<serde_json::Value, _> = serde_json::from_str(&text);
+        let ours = loc(&text);
+        match serde {
+            Ok(serde_json::Value::Object(_)) => prop_assert!(
+                !matches!(ours, Err(LineError::Syntax(_)) | Err(LineError::NotObject)),
+                "{}: {:?}", text, ours
+            ),
+            Ok(_) => prop_assert_eq!(ours, Err(LineError::NotObject), "{}", text),
+            Err(_) => prop_assert!(matches!(ours, Err(LineError::Syntax(_))), "{}: {:?}", text, ours),
+        }
+    }
+}
+
+#[test]
+fn integers_to_the_ends_of_64_bits() {
+    assert_eq!(integer(b"9223372036854775807"), Some(i64::MAX));
+    assert_eq!(integer(b"-9223372036854775808"), Some(i64::MIN));
+    assert_eq!(integer(b"9223372036854775808"), None);
+    assert_eq!(integer(b"-9223372036854775809"), None);
+    assert_eq!(integer(b"99999999999999999999"), None);
+    assert_eq!(
+        integer(b"1767225600123456789"),
+        Some(1_767_225_600_123_456_789)
+    );
+    assert_eq!(integer(b"-0"), Some(0));
+    for bad in [&b""[..], b"-", b"1.5", b"1e3", b"12a", b"+1"] {
+        assert_eq!(integer(bad), None, "{:?}", bad);
+    }
+}
+
+#[test]
+fn lines_are_read_whole_across_buffers() {
+    let text = b"{\"a\":1}\n{\"b\":\"a longer line than the buffer\"}\nlast";
+    let mut r = std::io::BufReader::with_capacity(8, &text[..]);
+    let mut got = Vec::new();
+    let mut line = Vec::new();
+    while read_line(&mut r, &mut line).unwrap() {
+        got.push(String::from_utf8(std::mem::take(&mut line)).unwrap());
+    }
+    assert_eq!(
+        got,
+        [
+            "{\"a\":1}\n",
+            "{\"b\":\"a longer line than the buffer\"}\n",
+            "last"
+        ]
+    );
+}
