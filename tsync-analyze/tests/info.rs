@@ -59,6 +59,7 @@ fn write(path: &std::path::Path, finish: bool) {
         send: 3,
         recv: 4,
         per_cpu: vec![[3, 4]],
+        disk: 0,
     })
     .unwrap();
     w.flush().unwrap();
@@ -69,6 +70,7 @@ fn write(path: &std::path::Path, finish: bool) {
                 send: 3,
                 recv: 5,
                 per_cpu: vec![[3, 5]],
+                disk: 0,
             },
             ..Default::default()
         })
@@ -108,7 +110,39 @@ fn info_reports_counts_clocks_and_completeness() {
         text.contains("slew           not undone: clock samples 0 and 1"),
         "{text}"
     );
-    assert_eq!(info.format_version, 2);
+    assert_eq!(info.format_version, tsync_common::format::VERSION);
+}
+
+#[test]
+fn info_shows_events_dropped_on_the_way_to_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("disk.tsync");
+    let mut w = TraceWriter::create(&path, &Header::default()).unwrap();
+    let footer = Footer {
+        lost: LostCounts {
+            send: 1,
+            recv: 2,
+            per_cpu: vec![[1, 2]],
+            disk: 40,
+        },
+        ..Default::default()
+    };
+    w.write_lost(&footer.lost).unwrap();
+    w.finish(&footer).unwrap();
+    let info = inspect(&path).unwrap();
+    assert_eq!((info.lost.disk, info.lost.total()), (40, 43));
+    let text = info_text(&path);
+    assert!(
+        text.contains("lost           43 (1 send, 2 receive, 40 on the way to disk)"),
+        "{text}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tsync-analyze"))
+        .args(["info", "--json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json[0]["lost"]["disk"], 40);
 }
 
 #[test]

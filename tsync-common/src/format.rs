@@ -13,7 +13,8 @@
 //! [`ClockSample`] arrays), kernel clock-discipline states ([`KernelClock`], bincode), lost-event
 //! counters ([`LostCounts`], bincode) and, last, one end chunk ([`Footer`], bincode).
 //!
-//! Versions: 2 brackets each raw clock reading between two monotonic readings (a 40-byte
+//! Versions: 3 adds the events the agent dropped on the way to disk ([`LostCounts::disk`]) to the
+//! lost-event and end chunks. 2 brackets each raw clock reading between two monotonic readings (a 40-byte
 //! [`ClockSample`], chunk kind 6) and records the kernel's NTP state (chunk kind 7). Version 1
 //! files (32-byte samples without the second monotonic reading, chunk kind 3, every 0.5 s) are
 //! still read: their samples come back with `monotonic_after_ns == monotonic_ns`, and
@@ -35,7 +36,10 @@ use crate::PacketEvent;
 /// First 8 bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"TSYNCTRC";
 /// Format version this build writes and the newest it reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
+/// The oldest version [`TraceWriter::with_version`] still writes (for compatibility tests and
+/// benchmarks against files users already have).
+pub const OLDEST_WRITTEN_VERSION: u32 = 2;
 /// Events per event chunk: 4096 × 80 bytes = 320 KiB, so a cut file loses at most that much.
 pub const EVENTS_PER_CHUNK: usize = 4096;
 /// Largest payload a reader accepts; a larger length field means the chunk header is corrupt.
@@ -183,7 +187,9 @@ pub struct KernelClock {
     pub state: i32,
 }
 
-/// Events the kernel could not put into the ring buffer, cumulative since the start.
+/// Events lost while recording, cumulative since the start: those the kernel could not put into
+/// the ring buffer (`send`, `recv`) and those the agent dropped because the output did not take
+/// them fast enough (`disk`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct LostCounts {
     /// Send events lost: ring buffer full or headers unreadable (per CPU below), plus the runs
@@ -193,12 +199,62 @@ pub struct LostCounts {
     pub recv: u64,
     /// Per CPU: `[send, recv]` (the in-kernel counters only).
     pub per_cpu: Vec<[u64; 2]>,
+    /// Events the agent took from the ring buffer but dropped because the output did not accept
+    /// writes fast enough (its memory budget for pending writes was full). Version 3 on; 0 when
+    /// read from older files, whose agents blocked instead.
+    pub disk: u64,
 }
 
 impl LostCounts {
-    /// All lost events (saturating: the counts of a corrupt file can be anything).
+    /// All lost events, in the kernel and on the way to disk (saturating: the counts of a corrupt
+    /// file can be anything).
     pub fn total(&self) -> u64 {
+        self.send
+            .saturating_add(self.recv)
+            .saturating_add(self.disk)
+    }
+
+    /// Events the kernel lost (ring buffer full, unreadable headers, skipped runs).
+    pub fn kernel(&self) -> u64 {
         self.send.saturating_add(self.recv)
+    }
+}
+
+/// [`LostCounts`] as versions 1 and 2 store them (no `disk`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+struct LostCountsV2 {
+    send: u64,
+    recv: u64,
+    per_cpu: Vec<[u64; 2]>,
+}
+
+impl From<LostCountsV2> for LostCounts {
+    fn from(old: LostCountsV2) -> Self {
+        LostCounts {
+            send: old.send,
+            recv: old.recv,
+            per_cpu: old.per_cpu,
+            disk: 0,
+        }
+    }
+}
+
+impl TryFrom<&LostCounts> for LostCountsV2 {
+    type Error = FormatError;
+
+    /// Refuses disk losses, which a version 2 file cannot hold: dropping them would be silent.
+    fn try_from(lost: &LostCounts) -> Result<Self, FormatError> {
+        if lost.disk != 0 {
+            return Err(FormatError::Encode(format!(
+                "a version 2 file cannot record the {} event(s) dropped on the way to disk",
+                lost.disk
+            )));
+        }
+        Ok(LostCountsV2 {
+            send: lost.send,
+            recv: lost.recv,
+            per_cpu: lost.per_cpu.clone(),
+        })
     }
 }
 
@@ -211,6 +267,45 @@ pub struct Footer {
     pub lost: LostCounts,
     pub end_realtime_ns: i64,
     pub end_monotonic_ns: u64,
+}
+
+/// [`Footer`] as versions 1 and 2 store it (their [`LostCountsV2`]).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+struct FooterV2 {
+    events: u64,
+    send_events: u64,
+    recv_events: u64,
+    lost: LostCountsV2,
+    end_realtime_ns: i64,
+    end_monotonic_ns: u64,
+}
+
+impl From<FooterV2> for Footer {
+    fn from(old: FooterV2) -> Self {
+        Footer {
+            events: old.events,
+            send_events: old.send_events,
+            recv_events: old.recv_events,
+            lost: old.lost.into(),
+            end_realtime_ns: old.end_realtime_ns,
+            end_monotonic_ns: old.end_monotonic_ns,
+        }
+    }
+}
+
+impl TryFrom<&Footer> for FooterV2 {
+    type Error = FormatError;
+
+    fn try_from(footer: &Footer) -> Result<Self, FormatError> {
+        Ok(FooterV2 {
+            events: footer.events,
+            send_events: footer.send_events,
+            recv_events: footer.recv_events,
+            lost: (&footer.lost).try_into()?,
+            end_realtime_ns: footer.end_realtime_ns,
+            end_monotonic_ns: footer.end_monotonic_ns,
+        })
+    }
 }
 
 /// Where a file stops being readable, and why.
@@ -301,6 +396,8 @@ pub struct TraceWriter<W: Write> {
     samples: Vec<ClockSample>,
     kernel_clock: Vec<KernelClock>,
     events_written: u64,
+    /// Format version being written.
+    version: u32,
 }
 
 impl TraceWriter<BufWriter<File>> {
@@ -333,10 +430,23 @@ impl TraceWriter<BufWriter<File>> {
 
 impl<W: Write> TraceWriter<W> {
     /// Writes the preamble and the header chunk.
-    pub fn new(mut out: W, header: &Header) -> Result<Self, FormatError> {
+    pub fn new(out: W, header: &Header) -> Result<Self, FormatError> {
+        Self::with_version(out, header, VERSION)
+    }
+
+    /// Like [`new`](Self::new), but writes format `version`, from [`OLDEST_WRITTEN_VERSION`] to
+    /// [`VERSION`]: for compatibility tests and benchmarks that need the files older agents
+    /// wrote. What an older version cannot hold (disk losses before version 3) is refused with
+    /// [`FormatError::Encode`], never dropped.
+    pub fn with_version(mut out: W, header: &Header, version: u32) -> Result<Self, FormatError> {
+        if !(OLDEST_WRITTEN_VERSION..=VERSION).contains(&version) {
+            return Err(FormatError::Encode(format!(
+                "cannot write format version {version} (only {OLDEST_WRITTEN_VERSION} to {VERSION})"
+            )));
+        }
         let mut preamble = [0u8; PREAMBLE_LEN];
         preamble[..8].copy_from_slice(&MAGIC);
-        preamble[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        preamble[8..12].copy_from_slice(&version.to_le_bytes());
         preamble[12..16].copy_from_slice(&LITTLE_ENDIAN.to_le_bytes());
         out.write_all(&preamble)
             .map_err(|e| FormatError::io("cannot write trace file preamble", e))?;
@@ -346,6 +456,7 @@ impl<W: Write> TraceWriter<W> {
             samples: Vec::new(),
             kernel_clock: Vec::new(),
             events_written: 0,
+            version,
         };
         writer.write_chunk(chunk_kind::HEADER, &encode(header)?, 1)?;
         Ok(writer)
@@ -389,7 +500,12 @@ impl<W: Write> TraceWriter<W> {
 
     /// Writes the cumulative lost-event counters as a chunk of their own.
     pub fn write_lost(&mut self, lost: &LostCounts) -> Result<(), FormatError> {
-        self.write_chunk(chunk_kind::LOST, &encode(lost)?, 1)
+        let payload = if self.version >= 3 {
+            encode(lost)?
+        } else {
+            encode(&LostCountsV2::try_from(lost)?)?
+        };
+        self.write_chunk(chunk_kind::LOST, &payload, 1)
     }
 
     /// Writes pending events and clock samples as chunks and flushes the output, so that what was
@@ -420,7 +536,12 @@ impl<W: Write> TraceWriter<W> {
     /// Writes what is pending and the end chunk, and returns the output.
     pub fn finish(mut self, footer: &Footer) -> Result<W, FormatError> {
         self.flush()?;
-        self.write_chunk(chunk_kind::END, &encode(footer)?, 1)?;
+        let payload = if self.version >= 3 {
+            encode(footer)?
+        } else {
+            encode(&FooterV2::try_from(footer)?)?
+        };
+        self.write_chunk(chunk_kind::END, &payload, 1)?;
         self.out
             .flush()
             .map_err(|e| FormatError::io("cannot flush trace file", e))?;
@@ -633,7 +754,7 @@ impl<R: Read> TraceReader<R> {
         &self.samples
     }
 
-    /// Format version of the file (1 or 2).
+    /// Format version of the file (1 to [`VERSION`]).
     pub fn version(&self) -> u32 {
         self.version
     }
@@ -721,11 +842,11 @@ impl<R: Read> TraceReader<R> {
                     Err(e) => return Some(format!("kernel-clock chunk is unreadable: {e}")),
                 }
             }
-            chunk_kind::LOST => match decode(&self.payload) {
+            chunk_kind::LOST => match self.decode_lost() {
                 Ok(lost) => self.lost = lost,
                 Err(e) => return Some(format!("lost-event chunk is unreadable: {e}")),
             },
-            chunk_kind::END => match decode::<Footer>(&self.payload) {
+            chunk_kind::END => match self.decode_footer() {
                 Ok(footer) => {
                     self.lost = footer.lost.clone();
                     self.footer = Some(footer);
@@ -752,6 +873,24 @@ impl<R: Read> TraceReader<R> {
             }
         }
         None
+    }
+
+    /// Decodes a lost-event chunk in the layout of the file's version.
+    fn decode_lost(&self) -> Result<LostCounts, String> {
+        if self.version >= 3 {
+            decode(&self.payload)
+        } else {
+            decode::<LostCountsV2>(&self.payload).map(Into::into)
+        }
+    }
+
+    /// Decodes the end chunk in the layout of the file's version.
+    fn decode_footer(&self) -> Result<Footer, String> {
+        if self.version >= 3 {
+            decode(&self.payload)
+        } else {
+            decode::<FooterV2>(&self.payload).map(Into::into)
+        }
     }
 
     /// Records the damage at the current offset, counting the bytes left unread.

@@ -508,6 +508,7 @@ fn with_samples_and_losses(path: &Path) -> Result<Vec<u8>> {
         send: 2,
         recv: 1,
         per_cpu: vec![[1, 1], [1, 0]],
+        disk: 3,
     };
     w.write_lost(&lost)?;
     if let Some(e) = second.first() {

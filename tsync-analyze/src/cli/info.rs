@@ -177,10 +177,11 @@ fn render_trace(info: &TraceSummary) -> String {
     line(
         "lost",
         format!(
-            "{} ({} send, {} receive)",
+            "{} ({} send, {} receive, {} on the way to disk)",
             info.lost.total(),
             info.lost.send,
-            info.lost.recv
+            info.lost.recv,
+            info.lost.disk
         ),
     );
     if let (Some(first), Some(last)) = (info.first_ns, info.last_ns) {

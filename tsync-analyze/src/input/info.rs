@@ -23,11 +23,12 @@ pub struct TraceSummary {
     pub path: PathBuf,
     /// The file's header: node, boot, clocksource, interfaces and agent options.
     pub header: Header,
-    /// Format version of the file (1 or 2).
+    /// Format version of the file (1 to 3).
     pub format_version: u32,
     /// Events read, by direction and kind.
     pub events: EventCounts,
-    /// Lost-event counters (the footer's, or the last ones written before a cut).
+    /// Lost-event counters (the footer's, or the last ones written before a cut): in the kernel
+    /// and, from version 3 on, on the way to disk.
     pub lost: LostCounts,
     /// First and last event time (ns, as written: after `--clock-skew`).
     pub first_ns: Option<u64>,
