@@ -39,9 +39,11 @@ fn event(i: u64) -> PacketEvent {
     }
 }
 
-/// A file with `n` events, flushed every 1000 events, with a clock sample per flush.
+/// A version 2 file (raw records: the layout these tests take apart; version 3 has the same
+/// tests in format_v3.rs) with `n` events, flushed every 1000 events, with a clock sample per
+/// flush.
 fn write_file(n: u64, finish: bool) -> Vec<u8> {
-    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    let mut w = TraceWriter::with_version(Vec::new(), &header(), 2).unwrap();
     for i in 0..n {
         w.write_event(&event(i)).unwrap();
         if i % 1000 == 999 {

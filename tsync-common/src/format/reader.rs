@@ -7,6 +7,7 @@ use std::path::Path;
 use super::chunk::{CHUNK_HEADER_LEN, chunk_kind, decode, padding};
 use super::clock::ClockSampleV1;
 use super::lost::{FooterV2, LostCountsV2};
+use super::packed::PackedReader;
 use super::{
     ClockSample, Damage, Footer, FormatError, Header, KernelClock, LITTLE_ENDIAN, LostCounts,
     MAX_CHUNK_PAYLOAD, PREAMBLE_LEN, VERSION, is_trace_file,
@@ -36,6 +37,8 @@ pub struct TraceReader<R: Read> {
     done: bool,
     /// Set by [`TraceReader::skip_events`]: moves the input past an event chunk's payload.
     skip: Option<fn(&mut R, u64) -> io::Result<()>>,
+    /// Version 3's decompressor and decoder.
+    packed: Option<PackedReader>,
 }
 
 impl<R: Read + Seek> TraceReader<R> {
@@ -111,6 +114,10 @@ impl<R: Read> TraceReader<R> {
             consumed_in_chunk: 0,
             done: false,
             skip: None,
+            packed: match version {
+                3.. => Some(PackedReader::new()?),
+                _ => None,
+            },
         };
         reader.header = reader.read_header_chunk()?;
         Ok(reader)
@@ -157,7 +164,7 @@ impl<R: Read> TraceReader<R> {
                 self.mark_damaged(problem)?;
                 break;
             }
-            if kind == chunk_kind::EVENTS {
+            if kind == chunk_kind::EVENTS || kind == chunk_kind::EVENTS_PACKED {
                 return Ok(Some(&self.events));
             }
         }
@@ -225,9 +232,24 @@ impl<R: Read> TraceReader<R> {
 
     /// Decodes the chunk in `self.payload`; returns a reason if it does not make sense.
     fn take_chunk(&mut self, kind: u32, count: u32) -> Option<String> {
+        let v3 = self.version >= 3;
         match kind {
-            chunk_kind::EVENTS if self.skip.is_some() => {}
-            chunk_kind::EVENTS => {
+            chunk_kind::EVENTS | chunk_kind::EVENTS_PACKED
+                if self.skip.is_some() && (kind == chunk_kind::EVENTS_PACKED) == v3 => {}
+            chunk_kind::EVENTS_PACKED if v3 => {
+                let packed = self.packed.as_mut().expect("a version 3 reader");
+                if let Err(e) = packed.events(&self.payload, count, &mut self.events) {
+                    self.events.clear();
+                    return Some(e);
+                }
+            }
+            chunk_kind::CLOCK_SAMPLES_PACKED if v3 => {
+                let packed = self.packed.as_mut().expect("a version 3 reader");
+                return packed
+                    .samples(&self.payload, count, &mut self.samples)
+                    .err();
+            }
+            chunk_kind::EVENTS if !v3 => {
                 let bytes = if self.events_direct {
                     std::mem::size_of_val(self.events.as_slice())
                 } else {
@@ -237,7 +259,7 @@ impl<R: Read> TraceReader<R> {
                     return Some(record_count_mismatch("event", bytes, count));
                 }
             }
-            chunk_kind::CLOCK_SAMPLES if self.version >= 2 => {
+            chunk_kind::CLOCK_SAMPLES if self.version == 2 => {
                 return append_records(&self.payload, count, &mut self.samples, "clock-sample");
             }
             chunk_kind::CLOCK_SAMPLES_V1 if self.version == 1 => {
@@ -280,7 +302,12 @@ impl<R: Read> TraceReader<R> {
             chunk_kind::HEADER => return Some("a second header chunk".into()),
             // A kind of the other version: as unknown as any other (a corrupt kind field), but
             // named, since it is the likeliest corruption to be puzzled by.
-            chunk_kind::CLOCK_SAMPLES_V1 | chunk_kind::CLOCK_SAMPLES | chunk_kind::KERNEL_CLOCK => {
+            chunk_kind::EVENTS
+            | chunk_kind::CLOCK_SAMPLES_V1
+            | chunk_kind::CLOCK_SAMPLES
+            | chunk_kind::KERNEL_CLOCK
+            | chunk_kind::EVENTS_PACKED
+            | chunk_kind::CLOCK_SAMPLES_PACKED => {
                 return Some(format!(
                     "chunk of kind {kind}, which a version {} file cannot hold (corrupt chunk \
                      header)",
@@ -358,7 +385,8 @@ impl<R: Read> TraceReader<R> {
         let len = len as usize;
         let padded = len + padding(len);
         let record = std::mem::size_of::<PacketEvent>();
-        if let (chunk_kind::EVENTS, Some(skip)) = (kind, self.skip) {
+        let events = kind == chunk_kind::EVENTS || kind == chunk_kind::EVENTS_PACKED;
+        if let (true, Some(skip)) = (events, self.skip) {
             skip(&mut self.input, padded as u64).map_err(ChunkProblem::Io)?;
             self.events.clear();
             self.events_direct = true;

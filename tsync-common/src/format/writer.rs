@@ -5,7 +5,9 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use super::chunk::{CHUNK_HEADER_LEN, chunk_kind, encode, padding};
+use super::compress::DEFAULT_LEVEL;
 use super::lost::{FooterV2, LostCountsV2};
+use super::packed::PackedWriter;
 use super::{
     ClockSample, EVENTS_PER_CHUNK, Footer, FormatError, Header, KernelClock, LITTLE_ENDIAN,
     LostCounts, MAGIC, MAX_CHUNK_PAYLOAD, OLDEST_WRITTEN_VERSION, PREAMBLE_LEN, VERSION,
@@ -13,7 +15,8 @@ use super::{
 use crate::PacketEvent;
 
 /// Writes a trace file chunk by chunk. Events and clock samples are buffered and go out as one
-/// chunk when [`EVENTS_PER_CHUNK`] events are pending or on [`TraceWriter::flush`].
+/// chunk when [`EVENTS_PER_CHUNK`] events are pending or on [`TraceWriter::flush`]; in version 3
+/// each such chunk is encoded as columns and compressed (docs/format.md).
 pub struct TraceWriter<W: Write> {
     out: W,
     events: Vec<PacketEvent>,
@@ -22,6 +25,8 @@ pub struct TraceWriter<W: Write> {
     events_written: u64,
     /// Format version being written.
     version: u32,
+    /// Version 3's encoder and compressor; None for the raw records of version 2.
+    packed: Option<PackedWriter>,
 }
 
 impl TraceWriter<BufWriter<File>> {
@@ -81,9 +86,24 @@ impl<W: Write> TraceWriter<W> {
             kernel_clock: Vec::new(),
             events_written: 0,
             version,
+            packed: match version {
+                3.. => Some(PackedWriter::new(DEFAULT_LEVEL)?),
+                _ => None,
+            },
         };
-        writer.write_chunk(chunk_kind::HEADER, &encode(header)?, 1)?;
+        write_chunk(&mut writer.out, chunk_kind::HEADER, &encode(header)?, 1)?;
         Ok(writer)
+    }
+
+    /// Sets the zstd level of the chunks written from now on (version 3; default
+    /// [`DEFAULT_COMPRESSION_LEVEL`](super::DEFAULT_COMPRESSION_LEVEL)): higher levels make
+    /// smaller files and cost more CPU per event (docs/format.md has the figures). Ignored by a
+    /// writer of version 2, whose records are not compressed.
+    pub fn set_compression_level(&mut self, level: i32) -> Result<(), FormatError> {
+        match &mut self.packed {
+            Some(p) => p.set_level(level),
+            None => Ok(()),
+        }
     }
 
     /// Buffers one event.
@@ -129,7 +149,7 @@ impl<W: Write> TraceWriter<W> {
         } else {
             encode(&LostCountsV2::try_from(lost)?)?
         };
-        self.write_chunk(chunk_kind::LOST, &payload, 1)
+        write_chunk(&mut self.out, chunk_kind::LOST, &payload, 1)
     }
 
     /// Writes pending events and clock samples as chunks and flushes the output, so that what was
@@ -137,16 +157,27 @@ impl<W: Write> TraceWriter<W> {
     pub fn flush(&mut self) -> Result<(), FormatError> {
         self.write_pending_events()?;
         if !self.samples.is_empty() {
-            let samples = std::mem::take(&mut self.samples);
-            self.write_chunk(
-                chunk_kind::CLOCK_SAMPLES,
-                bytemuck::cast_slice(&samples),
-                samples.len() as u32,
-            )?;
+            let count = self.samples.len() as u32;
+            match &mut self.packed {
+                Some(p) => write_chunk(
+                    &mut self.out,
+                    chunk_kind::CLOCK_SAMPLES_PACKED,
+                    p.samples(&self.samples)?,
+                    count,
+                )?,
+                None => write_chunk(
+                    &mut self.out,
+                    chunk_kind::CLOCK_SAMPLES,
+                    bytemuck::cast_slice(&self.samples),
+                    count,
+                )?,
+            }
+            self.samples.clear();
         }
         if !self.kernel_clock.is_empty() {
             let states = std::mem::take(&mut self.kernel_clock);
-            self.write_chunk(
+            write_chunk(
+                &mut self.out,
                 chunk_kind::KERNEL_CLOCK,
                 &encode(&states)?,
                 states.len() as u32,
@@ -165,7 +196,7 @@ impl<W: Write> TraceWriter<W> {
         } else {
             encode(&FooterV2::try_from(footer)?)?
         };
-        self.write_chunk(chunk_kind::END, &payload, 1)?;
+        write_chunk(&mut self.out, chunk_kind::END, &payload, 1)?;
         self.out
             .flush()
             .map_err(|e| FormatError::io("cannot flush trace file", e))?;
@@ -181,34 +212,47 @@ impl<W: Write> TraceWriter<W> {
         if self.events.is_empty() {
             return Ok(());
         }
-        let events = std::mem::take(&mut self.events);
-        self.write_chunk(
-            chunk_kind::EVENTS,
-            bytemuck::cast_slice(&events),
-            events.len() as u32,
-        )?;
-        self.events_written += events.len() as u64;
-        self.events = events;
+        let count = self.events.len() as u32;
+        match &mut self.packed {
+            Some(p) => write_chunk(
+                &mut self.out,
+                chunk_kind::EVENTS_PACKED,
+                p.events(&self.events)?,
+                count,
+            )?,
+            None => write_chunk(
+                &mut self.out,
+                chunk_kind::EVENTS,
+                bytemuck::cast_slice(&self.events),
+                count,
+            )?,
+        }
+        self.events_written += u64::from(count);
         self.events.clear();
         Ok(())
     }
+}
 
-    fn write_chunk(&mut self, kind: u32, payload: &[u8], count: u32) -> Result<(), FormatError> {
-        let len = u32::try_from(payload.len())
-            .ok()
-            .filter(|&l| l <= MAX_CHUNK_PAYLOAD)
-            .ok_or_else(|| FormatError::Encode(format!("chunk of {} bytes", payload.len())))?;
-        let mut head = [0u8; CHUNK_HEADER_LEN];
-        head[0..4].copy_from_slice(&kind.to_le_bytes());
-        head[4..8].copy_from_slice(&len.to_le_bytes());
-        head[8..12].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
-        head[12..16].copy_from_slice(&count.to_le_bytes());
-        let pad = [0u8; 8];
-        let context = "cannot write to trace file (is the disk full?)";
-        self.out
-            .write_all(&head)
-            .and_then(|_| self.out.write_all(payload))
-            .and_then(|_| self.out.write_all(&pad[..padding(payload.len())]))
-            .map_err(|e| FormatError::io(context, e))
-    }
+/// Writes one chunk: header, payload, padding.
+fn write_chunk(
+    out: &mut impl Write,
+    kind: u32,
+    payload: &[u8],
+    count: u32,
+) -> Result<(), FormatError> {
+    let len = u32::try_from(payload.len())
+        .ok()
+        .filter(|&l| l <= MAX_CHUNK_PAYLOAD)
+        .ok_or_else(|| FormatError::Encode(format!("chunk of {} bytes", payload.len())))?;
+    let mut head = [0u8; CHUNK_HEADER_LEN];
+    head[0..4].copy_from_slice(&kind.to_le_bytes());
+    head[4..8].copy_from_slice(&len.to_le_bytes());
+    head[8..12].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    head[12..16].copy_from_slice(&count.to_le_bytes());
+    let pad = [0u8; 8];
+    let context = "cannot write to trace file (is the disk full?)";
+    out.write_all(&head)
+        .and_then(|_| out.write_all(payload))
+        .and_then(|_| out.write_all(&pad[..padding(payload.len())]))
+        .map_err(|e| FormatError::io(context, e))
 }
