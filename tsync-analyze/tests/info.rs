@@ -227,3 +227,56 @@ fn info_on_a_non_trace_names_the_file() {
         "{err}"
     );
 }
+
+#[test]
+fn info_shows_the_bytes_per_event_and_the_compression_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let events: Vec<PacketEvent> = (0..5000u64)
+        .map(|i| PacketEvent {
+            ts_ns: 1_000_000_000 + i * 100_000,
+            direction: (i % 2) as u8,
+            kind: kind::TCP4,
+            seq: i as u32 * 100,
+            tot_len: 152,
+            ..Default::default()
+        })
+        .collect();
+    let mut sizes = Vec::new();
+    for version in [2, 3] {
+        let path = dir.path().join(format!("v{version}.tsync"));
+        let file = std::fs::File::create(&path).unwrap();
+        let mut w = TraceWriter::with_version(file, &Header::default(), version).unwrap();
+        w.write_events(&events).unwrap();
+        w.finish(&Footer::default()).unwrap();
+        let info = inspect(&path).unwrap();
+        let bytes = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(info.size.bytes, bytes);
+        let per_event = info.size.bytes_per_event.unwrap();
+        assert!((per_event - bytes as f64 / 5000.0).abs() < 1e-9);
+        assert!((info.size.compression_ratio.unwrap() * per_event - 80.0).abs() < 1e-9);
+        let text = info_text(&path);
+        assert!(
+            text.contains(&format!(
+                "size           {bytes} bytes, {per_event:.2} bytes per event"
+            )),
+            "{text}"
+        );
+        sizes.push(per_event);
+    }
+    assert!(sizes[0] > 80.0, "version 2: raw records and framing");
+    assert!(
+        sizes[1] < 12.0,
+        "version 3 compresses: {} bytes per event",
+        sizes[1]
+    );
+    let path = dir.path().join("empty.tsync");
+    TraceWriter::create(&path, &Header::default())
+        .unwrap()
+        .finish(&Footer::default())
+        .unwrap();
+    let info = inspect(&path).unwrap();
+    assert_eq!(
+        (info.size.bytes_per_event, info.size.compression_ratio),
+        (None, None)
+    );
+}

@@ -174,6 +174,7 @@ fn render_trace(info: &TraceSummary) -> String {
             format!("{} events (file not time-sorted)", e.out_of_order),
         );
     }
+    line("size", info.size.describe());
     line(
         "lost",
         format!(
