@@ -89,6 +89,10 @@ pub fn repair_checksums(data: &[u8]) -> Option<Vec<u8>> {
 pub const CHUNK_LIST: &[u8] = b"CHUNKS";
 /// Start of a chunk list that describes a version 1 trace file (the reader still reads them).
 pub const CHUNK_LIST_V1: &[u8] = b"CHUNKSv1";
+/// Start of a chunk list that describes a version 2 trace file.
+pub const CHUNK_LIST_V2: &[u8] = b"CHUNKSv2";
+/// Chunk kinds of format version 3 whose payload is zstd over columns.
+pub const PACKED_KINDS: [u8; 2] = [8, 9];
 /// What comes before every chunk of such a list.
 pub const CHUNK_SEPARATOR: &[u8] = b"\xc4\xc4\xc4\xc4";
 
@@ -96,18 +100,26 @@ pub const CHUNK_SEPARATOR: &[u8] = b"\xc4\xc4\xc4\xc4";
 /// [`CHUNK_LIST`]:
 ///
 /// ```text
-/// "CHUNKS" or "CHUNKSv1" then, per chunk: separator 0xC4C4C4C4 | kind (1 byte) | payload
+/// "CHUNKS", "CHUNKSv2" or "CHUNKSv1" then, per chunk: separator 0xC4C4C4C4 | kind (1 byte)
+/// | payload
 /// ```
 ///
-/// The file gets the current version's preamble ([`CHUNK_LIST_V1`]: version 1's), and every chunk its length, checksum, record count (the
-/// whole records in the payload for events and clock samples, 1 otherwise) and padding. A mutation
+/// The file gets the current version's preamble ([`CHUNK_LIST_V1`]: version 1's,
+/// [`CHUNK_LIST_V2`]: version 2's), and every chunk its length, checksum, record count (the
+/// whole records in the payload for raw events and clock samples, 1 otherwise) and padding. The
+/// compressed chunks of version 3 ([`PACKED_KINDS`]) are listed uncompressed, as `record count
+/// u32 | columns`, and compressed here: the fuzzer then mutates the columns, which a mutation of
+/// zstd's output would hardly ever reach. A mutation
 /// that inserts or removes bytes in a payload (a longer string or number in the bincode of the
 /// header, the lost counts or the footer; one event more) still gives a chunk that passes the
 /// checksum, which a mutation of the file itself almost never does.
 pub fn build_trace(data: &[u8]) -> Option<Vec<u8>> {
-    let (version, rest) = match data.strip_prefix(CHUNK_LIST_V1) {
-        Some(rest) => (1u32, rest),
-        None => (tsync_common::format::VERSION, data.strip_prefix(CHUNK_LIST)?),
+    let (version, rest) = if let Some(rest) = data.strip_prefix(CHUNK_LIST_V1) {
+        (1u32, rest)
+    } else if let Some(rest) = data.strip_prefix(CHUNK_LIST_V2) {
+        (2, rest)
+    } else {
+        (tsync_common::format::VERSION, data.strip_prefix(CHUNK_LIST)?)
     };
     let mut out = Vec::with_capacity(16 + rest.len() + 24 * 8);
     out.extend_from_slice(&tsync_common::format::MAGIC);
@@ -117,6 +129,16 @@ pub fn build_trace(data: &[u8]) -> Option<Vec<u8>> {
         let Some((&kind, payload)) = piece.split_first() else {
             continue;
         };
+        let packed;
+        let (payload, packed_count) = if PACKED_KINDS.contains(&kind) {
+            let (count, columns) = payload.split_at(4.min(payload.len()));
+            let mut word = [0u8; 4];
+            word[..count.len()].copy_from_slice(count);
+            packed = zstd::bulk::compress(columns, 1).expect("zstd compresses anything");
+            (packed.as_slice(), Some(u32::from_le_bytes(word)))
+        } else {
+            (payload, None)
+        };
         let record = match kind {
             2 => std::mem::size_of::<tsync_common::PacketEvent>(),
             // Version 1 samples (refused in a version 2 file, which the reader must say; and
@@ -125,11 +147,11 @@ pub fn build_trace(data: &[u8]) -> Option<Vec<u8>> {
             6 => std::mem::size_of::<tsync_common::format::ClockSample>(),
             _ => 0,
         };
-        let count = payload.len().checked_div(record).unwrap_or(1);
+        let count = packed_count.unwrap_or(payload.len().checked_div(record).unwrap_or(1) as u32);
         out.extend_from_slice(&u32::from(kind).to_le_bytes());
         out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-        out.extend_from_slice(&(count as u32).to_le_bytes());
+        out.extend_from_slice(&count.to_le_bytes());
         out.extend_from_slice(payload);
         out.resize(out.len() + (8 - payload.len() % 8) % 8, 0);
     }

@@ -190,6 +190,8 @@ impl Capture {
             send: per_cpu.iter().map(|c| c[0]).sum::<u64>() + send_skipped?,
             recv: per_cpu.iter().map(|c| c[1]).sum::<u64>() + recv_skipped?,
             per_cpu,
+            // Counted by the recorder, not the kernel.
+            disk: 0,
         })
     }
 }

@@ -69,7 +69,7 @@ pub use estimate::{
     run as sync, run_messages as sync_messages,
 };
 pub use input::info::{
-    ClockSummary, DamageInfo, EventCounts, KernelClockSummary, TraceSummary, inspect,
+    ClockSummary, DamageInfo, EventCounts, KernelClockSummary, SizeSummary, TraceSummary, inspect,
 };
 pub use input::slew::{RateHistory, SlewCorrection, SlewSummary, SlewUnavailable};
 pub use input::text;

@@ -59,6 +59,7 @@ fn write(path: &std::path::Path, finish: bool) {
         send: 3,
         recv: 4,
         per_cpu: vec![[3, 4]],
+        disk: 0,
     })
     .unwrap();
     w.flush().unwrap();
@@ -69,6 +70,7 @@ fn write(path: &std::path::Path, finish: bool) {
                 send: 3,
                 recv: 5,
                 per_cpu: vec![[3, 5]],
+                disk: 0,
             },
             ..Default::default()
         })
@@ -108,7 +110,39 @@ fn info_reports_counts_clocks_and_completeness() {
         text.contains("slew           not undone: clock samples 0 and 1"),
         "{text}"
     );
-    assert_eq!(info.format_version, 2);
+    assert_eq!(info.format_version, tsync_common::format::VERSION);
+}
+
+#[test]
+fn info_shows_events_dropped_on_the_way_to_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("disk.tsync");
+    let mut w = TraceWriter::create(&path, &Header::default()).unwrap();
+    let footer = Footer {
+        lost: LostCounts {
+            send: 1,
+            recv: 2,
+            per_cpu: vec![[1, 2]],
+            disk: 40,
+        },
+        ..Default::default()
+    };
+    w.write_lost(&footer.lost).unwrap();
+    w.finish(&footer).unwrap();
+    let info = inspect(&path).unwrap();
+    assert_eq!((info.lost.disk, info.lost.total()), (40, 43));
+    let text = info_text(&path);
+    assert!(
+        text.contains("lost           43 (1 send, 2 receive, 40 on the way to disk)"),
+        "{text}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tsync-analyze"))
+        .args(["info", "--json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json[0]["lost"]["disk"], 40);
 }
 
 #[test]
@@ -191,5 +225,58 @@ fn info_on_a_non_trace_names_the_file() {
     assert!(
         err.contains("c.txt") && err.contains("not a tsync trace"),
         "{err}"
+    );
+}
+
+#[test]
+fn info_shows_the_bytes_per_event_and_the_compression_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let events: Vec<PacketEvent> = (0..5000u64)
+        .map(|i| PacketEvent {
+            ts_ns: 1_000_000_000 + i * 100_000,
+            direction: (i % 2) as u8,
+            kind: kind::TCP4,
+            seq: i as u32 * 100,
+            tot_len: 152,
+            ..Default::default()
+        })
+        .collect();
+    let mut sizes = Vec::new();
+    for version in [2, 3] {
+        let path = dir.path().join(format!("v{version}.tsync"));
+        let file = std::fs::File::create(&path).unwrap();
+        let mut w = TraceWriter::with_version(file, &Header::default(), version).unwrap();
+        w.write_events(&events).unwrap();
+        w.finish(&Footer::default()).unwrap();
+        let info = inspect(&path).unwrap();
+        let bytes = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(info.size.bytes, bytes);
+        let per_event = info.size.bytes_per_event.unwrap();
+        assert!((per_event - bytes as f64 / 5000.0).abs() < 1e-9);
+        assert!((info.size.compression_ratio.unwrap() * per_event - 80.0).abs() < 1e-9);
+        let text = info_text(&path);
+        assert!(
+            text.contains(&format!(
+                "size           {bytes} bytes, {per_event:.2} bytes per event"
+            )),
+            "{text}"
+        );
+        sizes.push(per_event);
+    }
+    assert!(sizes[0] > 80.0, "version 2: raw records and framing");
+    assert!(
+        sizes[1] < 12.0,
+        "version 3 compresses: {} bytes per event",
+        sizes[1]
+    );
+    let path = dir.path().join("empty.tsync");
+    TraceWriter::create(&path, &Header::default())
+        .unwrap()
+        .finish(&Footer::default())
+        .unwrap();
+    let info = inspect(&path).unwrap();
+    assert_eq!(
+        (info.size.bytes_per_event, info.size.compression_ratio),
+        (None, None)
     );
 }

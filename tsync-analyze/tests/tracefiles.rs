@@ -144,6 +144,18 @@ fn tcp(ts: u64, dir: u8, src: u8, dst: u8, seq: u32) -> PacketEvent {
     }
 }
 
+/// Matches the messages of `paths` with the default options.
+fn match_with_defaults(paths: &[&Path]) -> tsync_analyze::MatchStats {
+    InputSet::open(paths)
+        .unwrap()
+        .for_each_message(
+            &MatchOptions::default(),
+            &mut Collect::default(),
+            &mut |_| {},
+        )
+        .unwrap()
+}
+
 fn write(path: &Path, node: &str, events: &[PacketEvent]) {
     write_node(path, node, None, events);
 }
@@ -402,14 +414,7 @@ fn super_packets_after_the_receivers_trace_ended_do_not_blame_offloads() {
     let (pa, pb) = (dir.path().join("a.trace"), dir.path().join("b.trace"));
     write_node(&pa, "a", Some("10.0.0.1/24"), &a);
     write_node(&pb, "b", Some("10.0.0.2/24"), &b);
-    let st = InputSet::open(&[&pa, &pb])
-        .unwrap()
-        .for_each_message(
-            &MatchOptions::default(),
-            &mut Collect::default(),
-            &mut |_| {},
-        )
-        .unwrap();
+    let st = match_with_defaults(&[&pa, &pb]);
     assert_eq!(st.matched, 10);
     assert_eq!(st.unmatched, 40);
     assert_eq!(st.oversize_unmatched, 0, "b was not recording any more");
@@ -440,26 +445,52 @@ fn the_same_recording_twice_and_recordings_that_do_not_overlap_are_named() {
     write(&pb, "b", &late);
     let copy = dir.path().join("a-copy.trace");
     std::fs::copy(&pa, &copy).unwrap();
-    let st = |paths: &[&Path]| {
-        InputSet::open(paths)
-            .unwrap()
-            .for_each_message(
-                &MatchOptions::default(),
-                &mut Collect::default(),
-                &mut |_| {},
-            )
-            .unwrap()
-    };
-    let w = st(&[&pa, &pb]).warnings;
+    let w = match_with_defaults(&[&pa, &pb]).warnings;
     assert!(
         w.iter()
             .any(|w| w.contains("do not overlap") && w.contains("3599.0")),
         "{w:?}"
     );
-    let w = st(&[&pa, &copy]).warnings;
+    let w = match_with_defaults(&[&pa, &copy]).warnings;
     assert!(
         w.iter()
             .any(|w| w.contains("same recording") && w.contains("a-copy.trace")),
         "{w:?}"
     );
+}
+
+#[test]
+fn events_lost_in_the_kernel_and_on_the_way_to_disk_are_warned_apart() {
+    let s = 1_000_000_000u64;
+    let dir = tempfile::tempdir().unwrap();
+    let (pa, pb) = (dir.path().join("a.trace"), dir.path().join("b.trace"));
+    write(&pa, "a", &[tcp(s + 1_000, direction::SEND, 1, 2, 1)]);
+    let mut w = TraceWriter::create(&pb, &Header::default()).unwrap();
+    w.write_events(&[tcp(s + 60_000, direction::RECV, 1, 2, 1)])
+        .unwrap();
+    let lost = tsync_common::format::LostCounts {
+        send: 2,
+        recv: 3,
+        per_cpu: vec![],
+        disk: 700,
+    };
+    w.finish(&Footer {
+        lost,
+        ..Footer::default()
+    })
+    .unwrap();
+    let st = match_with_defaults(&[&pa, &pb]);
+    let w = &st.warnings;
+    assert!(
+        w.iter()
+            .any(|w| w.contains("b.trace: the kernel lost 5 events")),
+        "{w:?}"
+    );
+    assert!(
+        w.iter()
+            .any(|w| w.contains("b.trace: the agent dropped 700 events")
+                && w.contains("disk did not keep up")),
+        "{w:?}"
+    );
+    assert!(!w.iter().any(|w| w.starts_with(&pa.display().to_string())));
 }

@@ -39,9 +39,11 @@ fn event(i: u64) -> PacketEvent {
     }
 }
 
-/// A file with `n` events, flushed every 1000 events, with a clock sample per flush.
+/// A version 2 file (raw records: the layout these tests take apart; version 3 has the same
+/// tests in format_v3.rs) with `n` events, flushed every 1000 events, with a clock sample per
+/// flush.
 fn write_file(n: u64, finish: bool) -> Vec<u8> {
-    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    let mut w = TraceWriter::with_version(Vec::new(), &header(), 2).unwrap();
     for i in 0..n {
         w.write_event(&event(i)).unwrap();
         if i % 1000 == 999 {
@@ -54,6 +56,7 @@ fn write_file(n: u64, finish: bool) -> Vec<u8> {
                 send: i,
                 recv: 1,
                 per_cpu: vec![[i, 1]],
+                disk: 0,
             })
             .unwrap();
             w.flush().unwrap();
@@ -354,7 +357,7 @@ fn kernel_state(t: u64, freq: i64) -> KernelClock {
 
 #[test]
 fn version_2_round_trip_keeps_bracketed_samples_and_kernel_clock_states() {
-    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    let mut w = TraceWriter::with_version(Vec::new(), &header(), 2).unwrap();
     let mut samples = Vec::new();
     let mut states = Vec::new();
     for flush in 0..4u64 {
@@ -382,7 +385,7 @@ fn version_2_round_trip_keeps_bracketed_samples_and_kernel_clock_states() {
     }
     let bytes = w.finish(&Footer::default()).unwrap();
     assert_eq!(&bytes[8..12], &2u32.to_le_bytes(), "version 2 preamble");
-    assert_eq!(VERSION, 2);
+    assert_eq!(VERSION, 3, "version 2 is written on request only");
     let (events, r) = read_all(&bytes).unwrap();
     assert_eq!(events.len(), 100);
     assert_eq!(r.version(), 2);
@@ -428,10 +431,11 @@ fn v1_sample(mono: u64, raw: u64) -> Vec<u8> {
 }
 
 /// A version 1 file built byte by byte: preamble with version 1, the header chunk (its bincode
-/// did not change between the versions, so this build's writer makes it), 10 events, and
-/// `sample_chunks` kind-3 chunks of two 32-byte samples each, then `extra` chunks and the end.
+/// did not change between versions 1 and 2, so this build's version 2 writer makes it), 10
+/// events, and `sample_chunks` kind-3 chunks of two 32-byte samples each, then `extra` chunks and
+/// the end.
 fn version_1_file(sample_chunks: u64, extra: &[Vec<u8>]) -> Vec<u8> {
-    let current = TraceWriter::new(Vec::new(), &header())
+    let current = TraceWriter::with_version(Vec::new(), &header(), 2)
         .unwrap()
         .finish(&Footer::default());
     let current = current.unwrap();
@@ -543,7 +547,7 @@ fn kernel_clock_payload() -> Vec<u8> {
 
 #[test]
 fn a_version_1_sample_chunk_in_a_version_2_file_is_damage_not_skipped() {
-    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    let mut w = TraceWriter::with_version(Vec::new(), &header(), 2).unwrap();
     w.write_events(&(0..10).map(event).collect::<Vec<_>>())
         .unwrap();
     w.write_clock_sample(bracketed(2_000_000_000, 50)).unwrap();
@@ -600,5 +604,71 @@ proptest! {
         prop_assert_eq!(r.damage(), None);
         prop_assert_eq!(r.clock_samples(), samples.as_slice());
         prop_assert_eq!(r.kernel_clock(), states.as_slice());
+    }
+}
+
+fn lost(send: u64, recv: u64, disk: u64) -> LostCounts {
+    LostCounts {
+        send,
+        recv,
+        per_cpu: vec![[send, recv]],
+        disk,
+    }
+}
+
+#[test]
+fn disk_losses_round_trip_in_version_3_and_count_in_the_total() {
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    w.write_events(&[event(0)]).unwrap();
+    w.write_lost(&lost(1, 2, 30)).unwrap();
+    w.flush().unwrap();
+    let cut = w.finish(&Footer::default()).unwrap();
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    w.write_lost(&lost(1, 2, 30)).unwrap();
+    let footer = Footer {
+        events: 1,
+        lost: lost(4, 5, 60),
+        ..Default::default()
+    };
+    let whole = w.finish(&footer).unwrap();
+    assert_eq!(&whole[8..12], &3u32.to_le_bytes());
+
+    let (_, r) = read_all(&cut[..end_chunk_offset(&cut)]).unwrap();
+    assert_eq!(r.lost(), &lost(1, 2, 30), "the lost chunk's counts");
+    assert_eq!(r.lost().total(), 33);
+    assert_eq!(r.lost().kernel(), 3);
+    let (_, r) = read_all(&whole).unwrap();
+    assert_eq!(r.footer().unwrap(), &footer);
+    assert_eq!(r.lost(), &lost(4, 5, 60), "the footer's counts win");
+    assert_eq!(r.damage(), None);
+}
+
+#[test]
+fn older_files_read_no_disk_losses_and_cannot_be_given_any() {
+    let mut w = TraceWriter::with_version(Vec::new(), &header(), 2).unwrap();
+    w.write_lost(&lost(1, 2, 0)).unwrap();
+    let footer = Footer {
+        lost: lost(3, 4, 0),
+        ..Default::default()
+    };
+    let bytes = w.finish(&footer).unwrap();
+    let (_, r) = read_all(&bytes).unwrap();
+    assert_eq!(r.version(), 2);
+    assert_eq!(r.footer().unwrap(), &footer);
+    assert_eq!(r.lost().disk, 0);
+    assert_eq!(r.damage(), None);
+
+    let mut w = TraceWriter::with_version(Vec::new(), &header(), 2).unwrap();
+    let err = w.write_lost(&lost(1, 2, 7)).unwrap_err();
+    assert!(err.to_string().contains("7 event(s) dropped"), "{err}");
+    let err = w
+        .finish(&Footer {
+            lost: lost(0, 0, 1),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(matches!(err, FormatError::Encode(_)), "{err}");
+    for version in [0, 1, 4] {
+        assert!(TraceWriter::with_version(Vec::new(), &header(), version).is_err());
     }
 }

@@ -81,7 +81,12 @@ impl Seeds {
         let rich: Vec<Vec<u8>> = truth
             .nodes
             .iter()
-            .map(|n| with_samples_and_losses(&n.file).map(cut))
+            .map(|n| with_samples_and_losses(&n.file, tsync_common::format::VERSION).map(cut))
+            .collect::<Result<_>>()?;
+        let rich_v2: Vec<Vec<u8>> = truth
+            .nodes
+            .iter()
+            .map(|n| with_samples_and_losses(&n.file, 2).map(cut))
             .collect::<Result<_>>()?;
         let mut texts = Vec::new();
         let lttv = root.join("tsync-analyze/tests/data/lttv");
@@ -122,8 +127,9 @@ impl Seeds {
         for (k, t) in rich.iter().enumerate() {
             trace_reader.push((format!("chunks-sim-node-{k}"), chunk_list(t)));
         }
+        trace_reader.extend(older_and_compressed_seeds(&rich, &rich_v2)?);
         // A version 1 file (32-byte samples without bracket), as a file and as a chunk list.
-        let old = version_1(&rich[1]);
+        let old = version_1(&rich_v2[1]);
         trace_reader.push(("version-1-sim-node-1".into(), old.clone()));
         trace_reader.push(("chunks-version-1-sim-node-1".into(), chunk_list(&old)));
 
@@ -181,10 +187,13 @@ fn encode(options: u8, a: &[u8], b: &[u8]) -> Vec<u8> {
 /// `fuzz/src/lib.rs`): `CHUNKS` (`CHUNKSv1` for a version 1 file), then per chunk the separator,
 /// its kind as one byte and its payload. Stops at the first chunk cut short.
 fn chunk_list(trace: &[u8]) -> Vec<u8> {
-    let mut out = if trace.get(8..12) == Some(&1u32.to_le_bytes()[..]) {
-        b"CHUNKSv1".to_vec()
-    } else {
-        b"CHUNKS".to_vec()
+    let mut out = match trace
+        .get(8..12)
+        .map(|v| u32::from_le_bytes(v.try_into().expect("4")))
+    {
+        Some(1) => b"CHUNKSv1".to_vec(),
+        Some(2) => b"CHUNKSv2".to_vec(),
+        _ => b"CHUNKS".to_vec(),
     };
     let mut offset = 16;
     while let Some(head) = trace.get(offset..offset + 16) {
@@ -195,10 +204,26 @@ fn chunk_list(trace: &[u8]) -> Vec<u8> {
         };
         out.extend_from_slice(b"\xc4\xc4\xc4\xc4");
         out.push(kind as u8);
-        out.extend_from_slice(payload);
+        match packed_columns(kind, head, payload) {
+            Some(columns) => out.extend(columns),
+            None => out.extend_from_slice(payload),
+        }
         offset += 16 + len.div_ceil(8) * 8;
     }
     out
+}
+
+/// A compressed chunk of format version 3 as chunk lists hold it: its record count, then its
+/// columns uncompressed (`tsync_fuzz::build_trace` compresses them again). None for other kinds.
+fn packed_columns(kind: u32, head: &[u8], payload: &[u8]) -> Option<Vec<u8>> {
+    if kind != 8 && kind != 9 {
+        return None;
+    }
+    let columns = zstd::bulk::decompress(payload, tsync_common::format::MAX_CHUNK_PAYLOAD as usize)
+        .unwrap_or_default();
+    let mut out = head[12..16].to_vec();
+    out.extend(columns);
+    Some(out)
 }
 
 /// At most [`MAX_SEED_BYTES`] of a seed.
@@ -216,7 +241,7 @@ fn header_only(trace: &[u8]) -> Vec<u8> {
 
 /// The trace at `path` rewritten with bracketed clock samples (start, middle, end), kernel clock
 /// states and lost-event counters, as the agent writes them.
-fn with_samples_and_losses(path: &Path) -> Result<Vec<u8>> {
+fn with_samples_and_losses(path: &Path, version: u32) -> Result<Vec<u8>> {
     let mut reader = TraceReader::open(path)?;
     let header = reader.header().clone();
     let mut events = Vec::new();
@@ -241,7 +266,7 @@ fn with_samples_and_losses(path: &Path) -> Result<Vec<u8>> {
         maxerror: 16_000,
         state: 0,
     };
-    let mut w = TraceWriter::new(Vec::new(), &header)?;
+    let mut w = TraceWriter::with_version(Vec::new(), &header, version)?;
     w.write_clock_sample(sample(header.start_monotonic_ns))?;
     w.write_kernel_clock(kernel(header.start_monotonic_ns, 0))?;
     let (first, second) = events.split_at(events.len() / 2);
@@ -251,6 +276,8 @@ fn with_samples_and_losses(path: &Path) -> Result<Vec<u8>> {
         send: 2,
         recv: 1,
         per_cpu: vec![[1, 1], [1, 0]],
+        // Version 2 files cannot hold disk losses.
+        disk: if version >= 3 { 3 } else { 0 },
     };
     w.write_lost(&lost)?;
     if let Some(e) = second.first() {
@@ -271,7 +298,67 @@ fn with_samples_and_losses(path: &Path) -> Result<Vec<u8>> {
     Ok(w.finish(&footer)?)
 }
 
-/// A trace file rewritten as format version 1 wrote it: version 1 in the preamble, clock
+/// Seeds for what format version 3 added, and for version 2 files, which the reader still reads
+/// (the other seeds are version 3 files as this build writes them): version 2 files and their
+/// chunk lists; a version 3 file cut inside a compressed chunk; version 3 events whose rare
+/// columns are used (UDP payload bytes, CPUs above 255, header lengths above 15, many flows),
+/// written at a strong zstd level (other zstd block types), as a file and as a chunk list.
+fn older_and_compressed_seeds(
+    rich: &[Vec<u8>],
+    rich_v2: &[Vec<u8>],
+) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut seeds = Vec::new();
+    for (k, t) in rich_v2.iter().enumerate() {
+        seeds.push((format!("version-2-sim-node-{k}"), t.clone()));
+        seeds.push((format!("chunks-version-2-sim-node-{k}"), chunk_list(t)));
+    }
+    let first = &rich[0];
+    let packed = (16..first.len().saturating_sub(16))
+        .step_by(8)
+        .find(|&at| first[at..at + 4] == 8u32.to_le_bytes())
+        .unwrap_or(first.len() / 2);
+    seeds.push((
+        "cut-in-compressed-chunk".into(),
+        first[..packed + 40].to_vec(),
+    ));
+    let events: Vec<tsync_common::PacketEvent> = (0..600u32)
+        .map(|i| tsync_common::PacketEvent {
+            ts_ns: 1_000_000_000 + u64::from(i) * 1_000 + u64::from(i % 7),
+            ifindex: 2,
+            cpu: (i % 300) as u16,
+            direction: (i % 2) as u8,
+            kind: if i % 3 == 0 {
+                tsync_common::kind::UDP4
+            } else {
+                tsync_common::kind::TCP6
+            },
+            saddr: [(i % 40) as u8; 16],
+            daddr: [9; 16],
+            tot_len: 100 + (i % 50) as u16,
+            source: 1000 + (i % 40) as u16,
+            dest: 53,
+            seq: i.wrapping_mul(2_654_435_761),
+            ack_seq: i * 10,
+            ihl: (i % 20) as u8,
+            doff: 5,
+            tcp_flags: (i % 64) as u8,
+            udp_data: [i as u8; 8],
+            udp_len: (i % 3) as u16,
+            ..Default::default()
+        })
+        .collect();
+    let mut w = TraceWriter::new(Vec::new(), &tsync_common::format::Header::default())?;
+    w.set_compression_level(19)?;
+    w.write_events(&events[..300])?;
+    w.flush()?;
+    w.write_events(&events[300..])?;
+    let rare = w.finish(&Footer::default())?;
+    seeds.push(("chunks-rare-columns".into(), chunk_list(&rare)));
+    seeds.push(("rare-columns".into(), rare));
+    Ok(seeds)
+}
+
+/// A version 2 trace file rewritten as format version 1 wrote it: version 1 in the preamble, clock
 /// samples as 32-byte records in kind-3 chunks (without the second monotonic reading), no
 /// kernel clock states; the other chunks as they are. Stops at the first chunk cut short.
 fn version_1(trace: &[u8]) -> Vec<u8> {
@@ -334,7 +421,7 @@ mod tests {
             node: "n".into(),
             ..Default::default()
         };
-        let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
+        let mut w = TraceWriter::with_version(Vec::new(), &header, 2).unwrap();
         w.write_event(&tsync_common::PacketEvent::default())
             .unwrap();
         let sample = ClockSample {

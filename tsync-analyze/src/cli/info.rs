@@ -174,13 +174,15 @@ fn render_trace(info: &TraceSummary) -> String {
             format!("{} events (file not time-sorted)", e.out_of_order),
         );
     }
+    line("size", info.size.describe());
     line(
         "lost",
         format!(
-            "{} ({} send, {} receive)",
+            "{} ({} send, {} receive, {} on the way to disk)",
             info.lost.total(),
             info.lost.send,
-            info.lost.recv
+            info.lost.recv,
+            info.lost.disk
         ),
     );
     if let (Some(first), Some(last)) = (info.first_ns, info.last_ns) {

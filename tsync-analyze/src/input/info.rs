@@ -23,11 +23,14 @@ pub struct TraceSummary {
     pub path: PathBuf,
     /// The file's header: node, boot, clocksource, interfaces and agent options.
     pub header: Header,
-    /// Format version of the file (1 or 2).
+    /// Format version of the file (1 to 3).
     pub format_version: u32,
+    /// What the file takes on disk, per event and against raw records.
+    pub size: SizeSummary,
     /// Events read, by direction and kind.
     pub events: EventCounts,
-    /// Lost-event counters (the footer's, or the last ones written before a cut).
+    /// Lost-event counters (the footer's, or the last ones written before a cut): in the kernel
+    /// and, from version 3 on, on the way to disk.
     pub lost: LostCounts,
     /// First and last event time (ns, as written: after `--clock-skew`).
     pub first_ns: Option<u64>,
@@ -58,6 +61,41 @@ pub struct EventCounts {
     pub udp4: u64,
     /// Events whose time is earlier than the event before them in the file.
     pub out_of_order: u64,
+}
+
+/// What a file takes on disk.
+#[derive(Serialize, Debug, Clone, Default, PartialEq)]
+pub struct SizeSummary {
+    /// Size of the file in bytes.
+    pub bytes: u64,
+    /// Bytes on disk per event (clock samples and metadata included); None without events.
+    pub bytes_per_event: Option<f64>,
+    /// How many times smaller the file is than its events as raw 80-byte records (version 3
+    /// compresses them; version 1 and 2 files come out just below 1); None without events.
+    pub compression_ratio: Option<f64>,
+}
+
+impl SizeSummary {
+    fn new(bytes: u64, events: u64) -> Self {
+        let per_event = (events > 0).then(|| bytes as f64 / events as f64);
+        SizeSummary {
+            bytes,
+            bytes_per_event: per_event,
+            compression_ratio: per_event.map(|b| tsync_common::EVENT_SIZE as f64 / b),
+        }
+    }
+
+    /// The `size` line of `info`.
+    pub fn describe(&self) -> String {
+        let mut text = format!("{} bytes", self.bytes);
+        if let (Some(per_event), Some(ratio)) = (self.bytes_per_event, self.compression_ratio) {
+            text.push_str(&format!(
+                ", {per_event:.2} bytes per event ({ratio:.1}× smaller than {}-byte records)",
+                tsync_common::EVENT_SIZE
+            ));
+        }
+        text
+    }
 }
 
 /// The recorded clock samples, summarized.
@@ -269,10 +307,14 @@ pub fn inspect(path: &Path) -> Result<TraceSummary, InputError> {
         }
         events.add(chunk, &mut last_ns);
     }
+    let bytes = std::fs::metadata(path)
+        .map_err(|e| InputError::io(path, e))?
+        .len();
     Ok(TraceSummary {
         path: path.to_owned(),
         header: reader.header().clone(),
         format_version: reader.version(),
+        size: SizeSummary::new(bytes, events.total),
         events,
         lost: reader.lost().clone(),
         first_ns,

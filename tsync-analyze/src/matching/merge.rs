@@ -349,11 +349,18 @@ pub fn match_files<S: MessageSink + ?Sized>(
                 "{name}: damaged or cut short: {d}; the events before were used"
             ));
         }
-        let lost = st.file.lost().total();
+        let lost = st.file.lost().kernel();
         if lost > 0 {
             stats.warnings.push(format!(
                 "{name}: the kernel lost {lost} events while recording (ring buffer full); \
                  their packets are unmatched"
+            ));
+        }
+        let dropped = st.file.lost().disk;
+        if dropped > 0 {
+            stats.warnings.push(format!(
+                "{name}: the agent dropped {dropped} events while recording (the disk did not \
+                 keep up); their packets are unmatched"
             ));
         }
         if st.out_of_order > 0 {
