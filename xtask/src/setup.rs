@@ -23,7 +23,8 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// `ethtool` for the demo's `--offloads`), the font the plots are drawn with, and LTTng with
 /// babeltrace2 for the test that applies maps to a real LTTng userspace trace
 /// (`tsync-lab/tests/lttng.rs`: a Python program logging through `lttngust`, read back with
-/// `babeltrace2`).
+/// `babeltrace2`), and FUSE with Python's binding for the stalling pass-through file system
+/// the agent's output is tested and benchmarked through (`tsync-lab/tests/fuse/stall.py`).
 const DEBIAN_PACKAGES: &[&str] = &[
     "iproute2",
     "ethtool",
@@ -36,6 +37,8 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "babeltrace2",
     "python3-lttngust",
     "liblttng-ust1",
+    "fuse3",
+    "python3-fusepy",
 ];
 
 #[derive(clap::Args)]
