@@ -1,8 +1,9 @@
 //! `tsync-agent`: records the packet digests of one node into a trace file.
 //!
-//! `tsync-agent record -o FILE [--duration SECS] [--node NAME] [--ring-size BYTES] [--all-netns]
-//! [--clock-skew OFFSET_NS,DRIFT_PPM] [-v]` loads two eBPF programs (send and receive hooks), drains
-//! their ring buffer into the file until SIGINT/SIGTERM or the duration ends, then prints a summary.
+//! `tsync-agent record -o FILE [--duration SECS] [--node NAME] [--ring-size BYTES]
+//! [--buffer-size BYTES] [--all-netns] [--clock-skew OFFSET_NS,DRIFT_PPM] [-v]` loads two eBPF
+//! programs (send and receive hooks), drains their ring buffer into the file until SIGINT/SIGTERM
+//! or the duration ends, then prints a summary.
 //! `tsync-agent check [-o DIR]` tells whether this node can record, one line per precondition.
 mod btf;
 mod check;
@@ -12,6 +13,7 @@ mod loader;
 mod logging;
 mod node;
 mod offsets;
+mod output;
 mod privileges;
 mod progress;
 mod recorder;
@@ -33,6 +35,9 @@ use crate::{
 
 /// Default ring buffer size: 16 MiB holds about 190 000 events, 0.19 s at 1 M events/s.
 const DEFAULT_RING_SIZE: u64 = 1 << 24;
+/// Default memory for events waiting to be written: 160 MiB, 10.5 s of 200 000 events/s (a busy
+/// node under a load test) during which the output may accept nothing.
+const DEFAULT_BUFFER_SIZE: u64 = 160 << 20;
 
 #[derive(Parser)]
 #[command(
@@ -99,10 +104,17 @@ struct RecordArgs {
     /// Node name recorded in the header (default: the hostname).
     #[arg(long, value_name = "NAME")]
     node: Option<String>,
-    /// Ring buffer size in bytes (a power of two, a multiple of the page size).
+    /// Ring buffer size in bytes (a power of two, a multiple of the page size; K, M, G suffixes
+    /// are powers of 1024).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_RING_SIZE,
           value_parser = parse_ring_size)]
     ring_size: u64,
+    /// Memory for events waiting to be written while the output file system is slow or stalls
+    /// (default 160 MiB: 10 s at 200 000 events/s). When it is full, events are dropped and
+    /// counted as lost to the disk.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BUFFER_SIZE,
+          value_parser = parse_buffer_size)]
+    buffer_size: u64,
     /// Record the packets of every network namespace, not only the agent's own.
     #[arg(long)]
     all_netns: bool,
@@ -125,11 +137,36 @@ fn parse_duration(s: &str) -> Result<f64, String> {
     Ok(secs)
 }
 
+/// A number of bytes, with an optional K, M or G (KiB, MiB, GiB) suffix.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let err = || format!("expected a number of bytes (e.g. 16777216 or 16M), got {s:?}");
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "k" | "KiB" => 10,
+        "M" | "MiB" => 20,
+        "G" | "GiB" => 30,
+        _ => return Err(err()),
+    };
+    let n: u64 = digits.parse().map_err(|_| err())?;
+    n.checked_mul(1 << shift).ok_or_else(err)
+}
+
 fn parse_ring_size(s: &str) -> Result<u64, String> {
-    let bytes: u64 = s
-        .parse()
-        .map_err(|_| format!("expected a number of bytes, got {s:?}"))?;
-    loader::check_ring_size(bytes).map(u64::from)
+    loader::check_ring_size(parse_bytes(s)?).map(u64::from)
+}
+
+fn parse_buffer_size(s: &str) -> Result<u64, String> {
+    let bytes = parse_bytes(s)?;
+    if bytes < output::MIN_BUFFER {
+        return Err(format!(
+            "--buffer-size must be at least {} bytes (1M), got {bytes}",
+            output::MIN_BUFFER
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Builds the header: who and what is recorded, and with which options.
@@ -212,6 +249,7 @@ fn record(args: RecordArgs) -> Result<()> {
         skew: args.clock_skew,
         sampler,
         duration: args.duration.map(Duration::from_secs_f64),
+        buffer_size: args.buffer_size,
         ready_message,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -220,12 +258,8 @@ fn record(args: RecordArgs) -> Result<()> {
         .context("cannot start the async runtime")?;
     let summary = runtime.block_on(recorder::record(capture, plan))?;
     console::out(&summary.to_string());
-    if summary.lost.total() > 0 {
-        console::err(&format!(
-            "tsync-agent: warning: {} events were lost because the ring buffer was full; \
-             try a larger --ring-size",
-            summary.lost.total()
-        ));
+    for warning in summary.warnings() {
+        console::err(&warning);
     }
     Ok(())
 }
@@ -249,5 +283,24 @@ fn main() -> ExitCode {
             console::err(&format!("tsync-agent: error: {err:#}"));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("16M"), Ok(16 << 20));
+        assert_eq!(parse_bytes("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_bytes("64k"), Ok(64 << 10));
+        assert!(parse_bytes("16 MB").is_err());
+        assert!(parse_bytes("M").is_err());
+        assert!(parse_bytes("99999999999G").is_err());
+        assert_eq!(parse_ring_size("16M"), Ok(1 << 24));
+        assert!(parse_buffer_size("512K").unwrap_err().contains("at least"));
+        assert_eq!(parse_buffer_size("1M"), Ok(1 << 20));
     }
 }

@@ -1,11 +1,10 @@
 //! The recording loop: drains the ring buffer as it fills, restores time order, applies the clock
-//! skew, writes events, the clock sampler's records and lost counters, and stops on a signal or
-//! the duration.
+//! skew, hands events, the clock sampler's records and lost counters to the output (which writes
+//! them on a thread of its own: this loop never waits for the disk), and stops on a signal or the
+//! duration.
 use std::{
-    fs::File,
-    io::BufWriter,
     os::fd::AsRawFd as _,
-    path::{Path, PathBuf},
+    path::PathBuf,
     time::{Duration, Instant},
 };
 
@@ -19,22 +18,24 @@ use tokio::{
     time::{MissedTickBehavior, interval},
 };
 use tsync_common::{
-    EVENT_SIZE, direction,
-    format::{ClockSkew, Footer, FormatError, Header, LostCounts, TraceWriter},
+    EVENT_SIZE,
+    format::{ClockSkew, Header, LostCounts, TraceWriter},
 };
 
 use crate::{
     clock, console,
     loader::{Capture, Logger},
+    output::{Output, write_error},
     progress::Progress,
     reorder::{Reorder, WINDOW_NS},
-    sampler::{ClockRecord, Sampler},
+    sampler::Sampler,
     summary::Summary,
 };
 
-/// Period of flushes: the pending events and clock records go out, with the lost counters, so a
-/// file cut short (kill -9, power loss) loses at most this much. Clock samples are taken more
-/// often (the sampler's period) on a thread of their own.
+/// Period of flushes: the pending events and clock records go to the writer, with the lost
+/// counters, and the file is flushed once they are written, so a file cut short (kill -9, power
+/// loss) loses at most this much plus what the writer had not written yet. Clock samples are
+/// taken more often (the sampler's period) on a thread of their own.
 const FLUSH_PERIOD: Duration = Duration::from_millis(500);
 /// Period of ring buffer drains. The programs wake the agent only when the ring fills up (a wakeup
 /// per event would cost an interrupt per packet), so the agent mostly drains on this timer.
@@ -42,87 +43,34 @@ const DRAIN_PERIOD: Duration = Duration::from_millis(10);
 /// Period of progress line redraws.
 const PROGRESS_PERIOD: Duration = Duration::from_millis(250);
 
-/// Describes a write error, naming a full disk when that is the cause.
-fn write_error(path: &Path, err: FormatError) -> anyhow::Error {
-    let full = matches!(&err, FormatError::Io { error, .. }
-        if error.raw_os_error() == Some(libc::ENOSPC) || error.raw_os_error() == Some(libc::EDQUOT));
-    let err = anyhow::Error::new(err);
-    if full {
-        err.context(format!(
-            "the disk holding {} is full: free space or write elsewhere (the file is readable up to its last complete chunk)",
-            path.display()
-        ))
-    } else {
-        // The format error names the file and the operation already.
-        err
-    }
-}
-
-/// The writer side: reorder buffer, skew, file, counters.
+/// The drain side after the ring buffer: reorder buffer, skew, output.
 struct Sink {
-    writer: TraceWriter<BufWriter<File>>,
-    path: PathBuf,
-    skew: Option<ClockSkew>,
     reorder: Reorder,
-    send_events: u64,
-    recv_events: u64,
+    skew: Option<ClockSkew>,
+    output: Output,
 }
 
 impl Sink {
-    /// Writes the events released up to `cutoff` (raw monotonic ns).
+    /// Hands the events released up to `cutoff` (raw monotonic ns) to the output.
     fn release(&mut self, cutoff: u64) -> Result<()> {
         let Sink {
-            writer,
-            path,
-            skew,
             reorder,
-            send_events,
-            recv_events,
+            skew,
+            output,
         } = self;
         reorder.release(cutoff, |events| {
-            for ev in events.iter_mut() {
-                if ev.direction == direction::SEND {
-                    *send_events += 1;
-                } else {
-                    *recv_events += 1;
-                }
-                if let Some(skew) = skew {
+            if let Some(skew) = skew {
+                for ev in events.iter_mut() {
                     ev.ts_ns = skew.apply(ev.ts_ns);
                 }
             }
-            writer
-                .write_events(events)
-                .map_err(|e| write_error(path, e))
+            output.write(events)
         })
     }
 
-    /// Writes every held-back event (at the end).
+    /// Hands over every held-back event (at the end).
     fn release_all(&mut self) -> Result<()> {
         self.release(u64::MAX)
-    }
-
-    fn events(&self) -> u64 {
-        self.send_events + self.recv_events
-    }
-
-    /// Writes the sampler's records, the current lost counters, and flushes, so that a file cut
-    /// short (kill -9, power loss) loses at most one flush period.
-    fn flush(
-        &mut self,
-        clock: impl IntoIterator<Item = ClockRecord>,
-        lost: &LostCounts,
-    ) -> Result<()> {
-        for record in clock {
-            match record {
-                ClockRecord::Sample(s) => self.writer.write_clock_sample(s),
-                ClockRecord::Kernel(k) => self.writer.write_kernel_clock(k),
-            }
-            .map_err(|e| write_error(&self.path, e))?;
-        }
-        self.writer
-            .write_lost(lost)
-            .and_then(|()| self.writer.flush())
-            .map_err(|e| write_error(&self.path, e))
     }
 }
 
@@ -160,6 +108,8 @@ pub struct RecordPlan {
     /// the file at the first flush.
     pub sampler: Sampler,
     pub duration: Option<Duration>,
+    /// Bytes of events that may wait for the writer (`--buffer-size`).
+    pub buffer_size: u64,
     pub ready_message: String,
 }
 
@@ -171,12 +121,9 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
     let writer =
         TraceWriter::create(&plan.path, &plan.header).map_err(|e| write_error(&plan.path, e))?;
     let mut sink = Sink {
-        writer,
-        path: plan.path.clone(),
-        skew: plan.skew,
         reorder: Reorder::new(),
-        send_events: 0,
-        recv_events: 0,
+        skew: plan.skew,
+        output: Output::start(writer, &plan.path, plan.buffer_size)?,
     };
     let sampler = plan.sampler;
     let started = Instant::now();
@@ -229,8 +176,7 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
             _ = flushes.tick() => {
                 let empty = drain(&mut capture, &mut sink.reorder, usize::MAX);
                 sink.release(cutoff(empty, &sink.reorder))?;
-                let lost = capture.lost()?;
-                sink.flush(sampler.take(), &lost)?;
+                sink.output.flush(sampler.take(), capture.lost()?)?;
             }
             guard = log_ready(&mut ebpf_log) => {
                 let mut guard = guard.context("cannot poll the eBPF log")?;
@@ -238,13 +184,14 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
                 guard.clear_ready();
             }
             _ = redraw.tick(), if progress.visible() => {
-                let lost = capture.lost()?.total();
-                progress.update(sink.events(), lost);
+                let lost = capture.lost()?.total() + sink.output.lost();
+                progress.update(sink.output.events(), lost);
             }
         }
     }
 
-    // Stop: take what is left in the ring, write everything, close the file with its footer.
+    // Stop: take what is left in the ring, hand everything over, detach the programs, and wait
+    // for the writer to close the file with its footer.
     drop(ring);
     drain(&mut capture, &mut sink.reorder, usize::MAX);
     if let Some(ebpf_log) = &mut ebpf_log {
@@ -252,29 +199,20 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
     }
     sink.release_all()?;
     let lost = capture.lost()?;
-    sink.flush(sampler.stop(), &lost)?;
-    drop(capture); // detach the programs before the (possibly slow) final flush
+    let clock_records = sampler.stop();
+    drop(capture); // detach the programs before the (possibly slow) last writes
     progress.finish();
     let end = clock::sample(sink.skew.as_ref());
-    let footer = Footer {
-        events: sink.events(),
-        send_events: sink.send_events,
-        recv_events: sink.recv_events,
-        lost: lost.clone(),
-        end_realtime_ns: end.realtime_ns,
-        end_monotonic_ns: end.monotonic_ns,
-    };
     let late = sink.reorder.late();
-    let (send_events, recv_events) = (sink.send_events, sink.recv_events);
-    sink.writer
-        .finish(&footer)
-        .map_err(|e| write_error(&plan.path, e))?;
+    let output = sink.output.finish(clock_records, lost.clone(), &end)?;
     Ok(Summary {
         path: plan.path,
         seconds: started.elapsed().as_secs_f64(),
-        send_events,
-        recv_events,
-        lost,
+        lost: LostCounts {
+            disk: output.lost,
+            ..lost
+        },
+        output,
         late,
     })
 }

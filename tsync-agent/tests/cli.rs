@@ -30,6 +30,9 @@ fn an_existing_output_is_kept_unless_forced() {
 fn bad_options_are_rejected_with_usage_errors() {
     for (args, expect) in [
         (&["--ring-size", "1000"][..], "power of two"),
+        (&["--ring-size", "16Q"][..], "number of bytes"),
+        (&["--buffer-size", "4096"][..], "at least"),
+        (&["--buffer-size", "lots"][..], "number of bytes"),
         (&["--duration", "-3"][..], "duration"),
         (&["--clock-skew", "12"][..], "OFFSET_NS,DRIFT_PPM"),
         (&["--clock-skew", "0,-2000000"][..], "DRIFT_PPM"),

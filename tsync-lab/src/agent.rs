@@ -140,14 +140,22 @@ impl Agent {
     /// Waits (up to 60 s) for a line of stderr containing `what`; fails with what the agent said
     /// if it exits or the time runs out first.
     pub fn wait_for(&mut self, what: &str) -> Result<()> {
+        self.wait_for_line(what, |line| line.contains(what))
+            .map(drop)
+    }
+
+    /// Waits (up to 60 s) for a line of stderr for which `pick` holds, and returns it; fails
+    /// with what the agent said if it exits or the time runs out first (`what` describes the
+    /// line in that message).
+    pub fn wait_for_line(&mut self, what: &str, pick: impl Fn(&str) -> bool) -> Result<String> {
         let deadline = Instant::now() + PATIENCE;
         while Instant::now() < deadline {
             match self.stderr.recv_timeout(Duration::from_millis(100)) {
                 Ok(line) => {
-                    let found = line.contains(what);
+                    let found = pick(&line);
                     self.seen.push(line);
                     if found {
-                        return Ok(());
+                        return Ok(self.seen[self.seen.len() - 1].clone());
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -216,6 +224,22 @@ impl Agent {
     /// SIGINT, as a user stops it, then [`wait`](Self::wait).
     pub fn stop(self) -> Result<Stopped> {
         self.stop_with(libc::SIGINT)
+    }
+
+    /// [`stop`](Self::stop), failing unless the agent exited successfully and without a panic.
+    pub fn stop_cleanly(self) -> Result<Stopped> {
+        let s = self.stop()?;
+        if !s.status.success() || s.stderr.contains("panicked") {
+            bail!(
+                "tsync-agent: {}
+{}
+{}",
+                s.status,
+                s.stdout,
+                s.stderr
+            );
+        }
+        Ok(s)
     }
 
     /// Sends `signal`, then [`wait`](Self::wait).

@@ -9,6 +9,8 @@
 //!   touched.
 //! - [`Agent`]: a running `tsync-agent record`, started with [`record_command`] and waited for
 //!   until it says it is recording; stopped with a signal, its output collected; killed on drop.
+//! - [`StallingFs`]: a FUSE file system whose writes stall (periodically, or while a gate is
+//!   closed), as a saturated disk's do: for the agent's output.
 //! - [`programs`]: tsync's BPF programs loaded in the kernel (from `bpftool`), to check that an
 //!   agent attached them and that none is left once it exited ([`wait_unloaded`]).
 //! - [`demo`]: nodes in namespaces with known clock skews, traffic, analyzer, every figure
@@ -28,6 +30,7 @@
 //! needs root, except reading an agent's summary and the pure logic the unit tests check.
 mod agent;
 pub mod command;
+mod fuse;
 mod netns;
 mod offloads;
 mod programs;
@@ -46,6 +49,7 @@ pub mod matching;
 pub use agent::{
     Agent, READY, Stopped, agent_binary, cpu_seconds_of, parse_summary, record_command,
 };
+pub use fuse::{ClosedGate, Stall, StallingFs};
 pub use netns::{Bridge, Netns, VethPair, ip, leftovers, unique_name};
 pub use offloads::Offloads;
 pub use programs::{Program, program_ids, programs, wait_unloaded};

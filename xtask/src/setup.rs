@@ -26,7 +26,9 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// (`tsync-lab/tests/lttng.rs`: a Python program logging through `lttngust`, read back with
 /// `babeltrace2`), and python3-venv for the test that reads `apply --format otlp`'s output with
 /// the OpenTelemetry project's own protobuf definitions (`tsync-analyze/tests/otlp.rs` makes a
-/// venv and installs `opentelemetry-proto` from PyPI into it).
+/// venv and installs `opentelemetry-proto` from PyPI into it); FUSE with Python's binding for the
+/// stalling pass-through file system the agent's output is tested and benchmarked through
+/// (`tsync-lab/src/stall.py`).
 const DEBIAN_PACKAGES: &[&str] = &[
     "iproute2",
     "ethtool",
@@ -49,6 +51,8 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "qemu-user-static",
     "file",
     "python3-venv",
+    "fuse3",
+    "python3-fusepy",
 ];
 
 /// The Rust targets `cargo xtask dist` builds for (static binaries: musl).

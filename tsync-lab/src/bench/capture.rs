@@ -6,8 +6,10 @@
 //! cost per run is the cost of one recorded event). Reported per run: packets/s and Gbit/s on the
 //! link (veth counters), events/s written, events lost, and the in-kernel cost per hook run and per
 //! written event from the kernel's own BPF statistics (`kernel.bpf_stats_enabled`: run_time_ns /
-//! run_cnt). Ratios are against the no-agent baseline of the same traffic in the same run. Needs
-//! root.
+//! run_cnt). Ratios are against the no-agent baseline of the same traffic in the same run. Then
+//! the stalling-output scenario ([`CaptureOptions::stalling_output`]): the trace on a FUSE file system whose
+//! writes block 4 s of every 6 s, as a saturated disk's do, under iperf3 TCP: events lost in the
+//! kernel and to the disk, per binary. Needs root.
 use std::{
     fmt::Write as _,
     fs,
@@ -39,6 +41,10 @@ pub struct CaptureOptions {
     /// which matter on a shared machine. Its rows say "baseline".
     #[arg(long, value_name = "BINARY")]
     pub baseline_agent: Option<PathBuf>,
+    /// Skip the stalling-output scenario (a FUSE file system that blocks writes 4 s of every
+    /// 6 s; needs fuse3 and python3-fusepy, which `cargo xtask setup` installs).
+    #[arg(long)]
+    pub no_stalling_output: bool,
 }
 
 /// One traffic pattern.
@@ -179,7 +185,10 @@ impl CaptureOptions {
             }
             rows.push((scenario.name, runs));
         }
-        let table = self.table(&rows);
+        let mut table = self.table(&rows);
+        if !self.no_stalling_output {
+            table.push_str(&self.stalling_output(&link, &binaries, out_dir)?);
+        }
         println!("{table}");
         let path = out_dir.join("capture.md");
         fs::write(&path, &table).with_context(|| format!("cannot write {}", path.display()))?;
@@ -221,36 +230,11 @@ impl CaptureOptions {
             }
             Agents::OneAllNetns => running.push(start(&link.ns[0], &traces[0], true)?),
         }
-        let mut server = link.ns[0]
-            .command("iperf3")
-            .args(["-s", "-1", "-p", "5201"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("cannot start iperf3 (cargo xtask setup installs it)")?;
-        thread::sleep(Duration::from_millis(500));
-        let counters_before = link.counters()?;
-        let started = Instant::now();
-        let client = link.ns[1]
-            .command("iperf3")
-            .args(["-c", ADDR[0], "-p", "5201"])
-            .args(["-t", &self.duration.to_string()])
-            .args(scenario.iperf_args)
-            .output()
-            .context("cannot run the iperf3 client")?;
-        let seconds = started.elapsed().as_secs_f64();
-        let counters_after = link.counters()?;
-        let _ = server.wait();
-        if !client.status.success() {
-            bail!(
-                "iperf3 client failed: {}",
-                String::from_utf8_lossy(&client.stderr)
-            );
-        }
+        let m = iperf(link, scenario, self.duration)?;
         let mut m = Measure {
-            seconds,
-            link_packets: counters_after.0 - counters_before.0,
-            link_bytes: counters_after.1 - counters_before.1,
+            seconds: m.seconds,
+            link_packets: m.after.0 - m.before.0,
+            link_bytes: m.after.1 - m.before.1,
             ..Measure::default()
         };
         // The programs' statistics must be read while they are still loaded.
@@ -360,6 +344,157 @@ impl CaptureOptions {
         }
         t
     }
+}
+
+/// The stalling-output scenario: seconds of iperf3 TCP, its cycle and stall.
+const STALL_TRAFFIC_S: u32 = 12;
+const STALL_PERIOD: Duration = Duration::from_secs(6);
+const STALL: Duration = Duration::from_secs(4);
+
+/// What one agent did in the stalling-output scenario.
+struct StallRun {
+    label: &'static str,
+    events: u64,
+    kernel_lost: u64,
+    disk_lost: u64,
+    /// The summary's output line (buffer peak, longest write), if the agent prints one.
+    output: Option<String>,
+}
+
+impl CaptureOptions {
+    /// The output stalls as a saturated disk does: the trace goes to a FUSE file system whose
+    /// writes block 4 s of every 6 s, while iperf3 TCP runs for 12 s and one `--all-netns` agent
+    /// records (~130 000 events/s on the development host). Each binary in turn; returns the
+    /// Markdown section.
+    fn stalling_output(
+        &self,
+        link: &VethPair,
+        binaries: &[(&Path, &'static str)],
+        out_dir: &Path,
+    ) -> Result<String> {
+        let scenario = Scenario {
+            name: "TCP, output stalling",
+            iperf_args: &[],
+        };
+        let mut runs = Vec::new();
+        for &(bin, which) in binaries {
+            eprintln!("bench: {}, agent{which}", scenario.name);
+            let fs = crate::StallingFs::mount(crate::Stall::Periodic {
+                period: STALL_PERIOD,
+                stall: STALL,
+            })?;
+            let trace = fs.path().join("stalled.trace");
+            let mut cmd = record_command(bin, Some(&link.ns[0]), &trace);
+            cmd.arg("--all-netns");
+            let agent = Agent::start(cmd)?;
+            iperf(link, &scenario, STALL_TRAFFIC_S)?;
+            let stopped = agent.stop()?;
+            ensure!(
+                stopped.status.success(),
+                "tsync-agent failed: {}\n{}",
+                stopped.status,
+                stopped.stderr
+            );
+            let lost = footer_lost(&trace)?;
+            let (events, _) = stopped
+                .summary()
+                .with_context(|| format!("no summary from tsync-agent: {}", stopped.stdout))?;
+            runs.push(StallRun {
+                label: if which.is_empty() {
+                    "current"
+                } else {
+                    "baseline"
+                },
+                events,
+                kernel_lost: lost.send + lost.recv,
+                disk_lost: lost.disk,
+                output: stopped
+                    .stdout
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix("output: "))
+                    .map(str::to_owned),
+            });
+            if self.keep_traces {
+                let kept = out_dir.join(format!("stalled{}.trace", which.replace(", ", "-")));
+                fs::copy(&trace, &kept)
+                    .with_context(|| format!("cannot keep {}", kept.display()))?;
+            }
+        }
+        let mut t = format!(
+            "\n## Stalling output ({STALL_TRAFFIC_S} s of iperf3 TCP, one `--all-netns` agent, \
+             the trace on a FUSE file system whose writes block {} s of every {} s)\n\n\
+             | agent | events written | lost in the kernel | lost to the disk | lost | output |\n\
+             |---|---:|---:|---:|---:|---|\n",
+            STALL.as_secs(),
+            STALL_PERIOD.as_secs()
+        );
+        for r in &runs {
+            let total = r.events + r.kernel_lost + r.disk_lost;
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {} | {:.1} % | {} |",
+                r.label,
+                r.events,
+                r.kernel_lost,
+                r.disk_lost,
+                100.0 * (r.kernel_lost + r.disk_lost) as f64 / total.max(1) as f64,
+                r.output.as_deref().unwrap_or("–")
+            );
+        }
+        Ok(t)
+    }
+}
+
+/// How an iperf3 run went: its time, and the link's (packets, bytes) counters around it.
+struct IperfRun {
+    seconds: f64,
+    before: (u64, u64),
+    after: (u64, u64),
+}
+
+/// Runs an iperf3 server in namespace 0 and a client in namespace 1 for `seconds`.
+fn iperf(link: &VethPair, scenario: &Scenario, seconds: u32) -> Result<IperfRun> {
+    let mut server = link.ns[0]
+        .command("iperf3")
+        .args(["-s", "-1", "-p", "5201"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot start iperf3 (cargo xtask setup installs it)")?;
+    thread::sleep(Duration::from_millis(500));
+    let before = link.counters()?;
+    let started = Instant::now();
+    let client = link.ns[1]
+        .command("iperf3")
+        .args(["-c", ADDR[0], "-p", "5201"])
+        .args(["-t", &seconds.to_string()])
+        .args(scenario.iperf_args)
+        .output()
+        .context("cannot run the iperf3 client")?;
+    let seconds = started.elapsed().as_secs_f64();
+    let after = link.counters()?;
+    let _ = server.wait();
+    if !client.status.success() {
+        bail!(
+            "iperf3 client failed: {}",
+            String::from_utf8_lossy(&client.stderr)
+        );
+    }
+    Ok(IperfRun {
+        seconds,
+        before,
+        after,
+    })
+}
+
+/// The lost counters of a trace's footer (0 lost to the disk for files before format 3).
+fn footer_lost(trace: &Path) -> Result<tsync_common::format::LostCounts> {
+    let mut r = tsync_common::format::TraceReader::open(trace)?;
+    while r.next_events()?.is_some() {}
+    Ok(r.footer()
+        .with_context(|| format!("{} has no footer", trace.display()))?
+        .lost
+        .clone())
 }
 
 /// Turns the kernel's BPF run-time statistics on; restores the old setting on drop.
