@@ -21,7 +21,7 @@ use tsync_common::format::{
 use crate::setup::run;
 
 /// The fuzz targets (`fuzz/fuzz_targets/NAME.rs`).
-pub const TARGETS: &[&str] = &["trace_reader", "text_parser", "sync_pipeline"];
+pub const TARGETS: &[&str] = &["trace_reader", "text_parser", "sync_pipeline", "ctf_reader"];
 /// libFuzzer's memory limit: going past it is a bug (an allocation sized by the input).
 const RSS_LIMIT_MB: u32 = 2048;
 /// Seconds one input may take before libFuzzer reports a hang (inputs are a few KiB).
@@ -295,6 +295,7 @@ fn seed_corpora(root: &Path, targets: &[&str]) -> Result<()> {
             "trace_reader" => &seeds.trace_reader,
             "text_parser" => &seeds.text_parser,
             "sync_pipeline" => &seeds.sync_pipeline,
+            "ctf_reader" => &seeds.ctf_reader,
             other => bail!("no seeds for fuzz target {other}"),
         };
         for (name, bytes) in list {
@@ -312,6 +313,7 @@ struct Seeds {
     trace_reader: Vec<(String, Vec<u8>)>,
     text_parser: Vec<(String, Vec<u8>)>,
     sync_pipeline: Vec<(String, Vec<u8>)>,
+    ctf_reader: Vec<(String, Vec<u8>)>,
 }
 
 impl Seeds {
@@ -419,6 +421,7 @@ impl Seeds {
             trace_reader,
             text_parser: texts,
             sync_pipeline,
+            ctf_reader: crate::fuzz_ctf::seeds(root, scratch)?,
         })
     }
 }

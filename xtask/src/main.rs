@@ -7,6 +7,7 @@
 mod bench;
 mod demo;
 mod fuzz;
+mod fuzz_ctf;
 mod lab;
 mod setup;
 mod simulate;

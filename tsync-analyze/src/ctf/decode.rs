@@ -87,7 +87,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Reads an unsigned integer of `bits` (1 to 64) at the current position.
-    #[inline]
+    #[inline(always)]
     pub fn read(&mut self, bits: u8, big: bool) -> Result<u64, DecodeError> {
         let n = u64::from(bits);
         if n > self.left() {
@@ -96,41 +96,35 @@ impl<'a> Cursor<'a> {
         let at = (self.pos / 8) as usize;
         let shift = (self.pos % 8) as u32;
         self.pos += n;
-        if shift == 0 {
-            let d = &self.data[at..];
-            match (bits, big) {
-                (8, _) => return Ok(u64::from(d[0])),
-                (16, false) => return Ok(u64::from(u16::from_le_bytes([d[0], d[1]]))),
-                (16, true) => return Ok(u64::from(u16::from_be_bytes([d[0], d[1]]))),
-                (32, false) => {
-                    return Ok(u64::from(u32::from_le_bytes([d[0], d[1], d[2], d[3]])));
-                }
-                (32, true) => {
-                    return Ok(u64::from(u32::from_be_bytes([d[0], d[1], d[2], d[3]])));
-                }
-                (64, false) => {
-                    return Ok(u64::from_le_bytes(d[..8].try_into().expect("8 bytes")));
-                }
-                (64, true) => {
-                    return Ok(u64::from_be_bytes(d[..8].try_into().expect("8 bytes")));
-                }
-                _ => {}
-            }
+        // Eight bytes from `at` hold the field when it ends within them (all but 58 bits and
+        // more at an odd position); the buffer's last bytes take the careful path.
+        if let Some(word) = self.data.get(at..at + 8)
+            && shift + u32::from(bits) <= 64
+        {
+            let word: [u8; 8] = word.try_into().expect("8 bytes");
+            let mask = u64::MAX >> (64 - u32::from(bits));
+            return Ok(if big {
+                (u64::from_be_bytes(word) >> (64 - shift - u32::from(bits))) & mask
+            } else {
+                (u64::from_le_bytes(word) >> shift) & mask
+            });
         }
+        Ok(self.read_slow(at, shift, bits, big))
+    }
+
+    /// [`read`](Self::read) for fields that straddle 8 bytes or end in the buffer's last ones.
+    #[cold]
+    fn read_slow(&self, at: usize, shift: u32, bits: u8, big: bool) -> u64 {
         let mut w = [0u8; 16];
         let avail = (self.data.len() - at).min(16);
         w[..avail].copy_from_slice(&self.data[at..at + avail]);
-        let mask = if bits == 64 {
-            u64::MAX
-        } else {
-            (1u64 << bits) - 1
-        };
-        Ok(if big {
+        let mask = u64::MAX >> (64 - u32::from(bits));
+        if big {
             // Big-endian bit fields start at the most significant bit of their first byte.
             (u128::from_be_bytes(w) >> (128 - shift - u32::from(bits))) as u64 & mask
         } else {
             (u128::from_le_bytes(w) >> shift) as u64 & mask
-        })
+        }
     }
 
     /// The bytes of a NUL-terminated string at the current (byte-aligned) position, moving
@@ -155,6 +149,58 @@ fn signed(value: u64, bits: u8) -> i128 {
     i128::from(((value << s) as i64) >> s)
 }
 
+/// An integer field, decoded in line (the decoder's most frequent node).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn int<S: Sink>(
+    bits: u8,
+    align: u32,
+    is_signed: bool,
+    big: bool,
+    role: Role,
+    slot: u32,
+    c: &mut Cursor<'_>,
+    slots: &mut [i128],
+    sink: &mut S,
+) -> Result<(), DecodeError> {
+    c.align(align)?;
+    let v = c.read(bits, big)?;
+    if slot != NO_SLOT {
+        slots[slot as usize] = if is_signed {
+            signed(v, bits)
+        } else {
+            i128::from(v)
+        };
+    }
+    if role != Role::None {
+        sink.int(role, v, bits);
+    }
+    Ok(())
+}
+
+/// A sequence of fixed-size elements nothing reads: its length from `slots`, then one jump.
+#[inline(always)]
+fn seq_skip(
+    align: u32,
+    len: u32,
+    bits: u64,
+    c: &mut Cursor<'_>,
+    slots: &[i128],
+) -> Result<(), DecodeError> {
+    let n = slots[len as usize];
+    let n = u64::try_from(n).map_err(|_| DecodeError(format!("a sequence of {n} elements")))?;
+    c.align(align)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let a = u64::from(align.max(1));
+    let total = (bits.div_ceil(a) * a)
+        .checked_mul(n - 1)
+        .and_then(|t| t.checked_add(bits))
+        .ok_or_else(|| DecodeError(format!("a sequence of {n} elements of {bits} bits")))?;
+    c.skip(total)
+}
+
 /// Decodes `node` at the cursor: fields with a role go to `sink`, values with a slot to
 /// `slots`.
 pub fn decode<S: Sink>(
@@ -168,39 +214,42 @@ pub fn decode<S: Sink>(
             c.align(*align)?;
             c.skip(*bits)
         }
-        Node::Int {
+        &Node::Int {
             bits,
             align,
-            signed: is_signed,
+            signed,
             big,
             role,
             slot,
-        } => {
+        } => int(bits, align, signed, big, role, slot, c, slots, sink),
+        Node::Struct { align, fields } => {
             c.align(*align)?;
-            let v = c.read(*bits, *big)?;
-            if *slot != NO_SLOT {
-                slots[*slot as usize] = if *is_signed {
-                    signed(v, *bits)
-                } else {
-                    i128::from(v)
-                };
-            }
-            if *role != Role::None {
-                sink.int(*role, v, *bits);
+            // Leaves in line: no call per field.
+            for f in fields {
+                match *f {
+                    Node::Skip { align, bits } => {
+                        c.align(align)?;
+                        c.skip(bits)?;
+                    }
+                    Node::Int {
+                        bits,
+                        align,
+                        signed,
+                        big,
+                        role,
+                        slot,
+                    } => int(bits, align, signed, big, role, slot, c, slots, sink)?,
+                    Node::SeqSkip { align, len, bits } => seq_skip(align, len, bits, c, slots)?,
+                    _ => decode(f, c, slots, sink)?,
+                }
             }
             Ok(())
         }
+        &Node::SeqSkip { align, len, bits } => seq_skip(align, len, bits, c, slots),
         Node::Str { role } => {
             let s = c.string()?;
             if *role != Role::None {
                 sink.string(*role, s);
-            }
-            Ok(())
-        }
-        Node::Struct { align, fields } => {
-            c.align(*align)?;
-            for f in fields {
-                decode(f, c, slots, sink)?;
             }
             Ok(())
         }

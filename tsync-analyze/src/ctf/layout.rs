@@ -17,7 +17,7 @@ use super::metadata::types::{ByteOrder, IntType, Type};
 use super::network::NetField;
 
 /// Most nodes one trace's compiled types may hold.
-pub const MAX_NODES: usize = 1 << 21;
+pub const MAX_NODES: usize = 1 << 18;
 /// Largest number of elements of an array or sequence whose elements may take no bits.
 pub const MAX_EMPTY_ELEMENTS: u64 = 1 << 16;
 /// A slot that nothing reads.
@@ -113,6 +113,16 @@ pub enum Node {
         /// Fewest bits an element takes (0: empty elements are possible).
         elem_min_bits: u64,
     },
+    /// A sequence of fixed-size elements nothing reads (what a sequence becomes once compiled
+    /// when nothing in its elements is needed): its length from its slot, then one jump.
+    SeqSkip {
+        /// Alignment of the elements, bits.
+        align: u32,
+        /// Slot of the length.
+        len: u32,
+        /// Size of an element, bits.
+        bits: u64,
+    },
     /// A variant.
     Variant {
         /// Slot of the tag.
@@ -173,6 +183,8 @@ pub struct Compiler {
     read: Vec<bool>,
     /// The top-level fields of the scope just compiled.
     top: Vec<Visible>,
+    /// Final slot numbers (by first slot number), once compilation is over.
+    renumber: Vec<u32>,
 }
 
 /// A type that cannot be compiled.
@@ -189,6 +201,7 @@ impl Compiler {
             roots: HashMap::new(),
             read: Vec::new(),
             top: Vec::new(),
+            renumber: Vec::new(),
         }
     }
 
@@ -207,15 +220,30 @@ impl Compiler {
         Ok(node)
     }
 
-    /// Slots needed by the nodes compiled so far, and the final form of `node`: slots nobody
-    /// reads dropped, fixed-size subtrees without roles collapsed.
-    pub fn finish(&self, node: Node) -> Node {
-        collapse(node, &self.read)
+    /// The final form of `node`, once every node of the trace is compiled: slots nobody reads
+    /// dropped and the others numbered from 0, fixed-size subtrees without roles collapsed.
+    pub fn finish(&mut self, node: Node) -> Node {
+        if self.renumber.len() != self.read.len() {
+            let mut next = 0;
+            self.renumber = self
+                .read
+                .iter()
+                .map(|&r| {
+                    if r {
+                        next += 1;
+                        next - 1
+                    } else {
+                        NO_SLOT
+                    }
+                })
+                .collect();
+        }
+        collapse(node, &self.read, &self.renumber)
     }
 
-    /// Number of slots the decoder needs.
+    /// Number of slots the decoder needs (those some variant or sequence reads).
     pub fn slots(&self) -> usize {
-        self.slots as usize
+        self.read.iter().filter(|&&r| r).count()
     }
 
     fn count(&mut self) -> Result<(), CompileError> {
@@ -413,7 +441,8 @@ impl Node {
             | Node::Skip { align, .. }
             | Node::Struct { align, .. }
             | Node::Array { align, .. }
-            | Node::Seq { align, .. } => *align,
+            | Node::Seq { align, .. }
+            | Node::SeqSkip { align, .. } => *align,
             Node::Str { .. } => 8,
             Node::Variant { .. } => 1,
         }
@@ -429,7 +458,7 @@ impl Node {
                 .iter()
                 .fold(0u64, |s, f| s.saturating_add(f.min_bits())),
             Node::Array { len, elem, .. } => len.saturating_mul(elem.min_bits()),
-            Node::Seq { .. } => 0,
+            Node::Seq { .. } | Node::SeqSkip { .. } => 0,
             Node::Variant { options, .. } => options.iter().map(Node::min_bits).min().unwrap_or(0),
         }
     }
@@ -462,7 +491,9 @@ impl Node {
                 let bits = stride.checked_mul(len - 1)?.checked_add(b)?;
                 (bits < 1 << 60).then_some((a, bits))
             }
-            Node::Str { .. } | Node::Seq { .. } | Node::Variant { .. } => None,
+            Node::Str { .. } | Node::Seq { .. } | Node::SeqSkip { .. } | Node::Variant { .. } => {
+                None
+            }
         }
     }
 
@@ -472,7 +503,7 @@ impl Node {
             Node::Int { role, slot, .. } => {
                 *role != Role::None || read.get(*slot as usize).copied().unwrap_or(false)
             }
-            Node::Skip { .. } => false,
+            Node::Skip { .. } | Node::SeqSkip { .. } => false,
             Node::Str { role } => *role != Role::None,
             Node::Struct { fields, .. } => fields.iter().any(|f| f.needed(read)),
             Node::Array { elem, .. } | Node::Seq { elem, .. } => elem.needed(read),
@@ -481,13 +512,16 @@ impl Node {
     }
 }
 
-/// `node` with unread slots dropped and fixed-size subtrees nothing needs made [`Node::Skip`].
-fn collapse(node: Node, read: &[bool]) -> Node {
+/// `node` with unread slots dropped (the others renumbered) and fixed-size subtrees nothing
+/// needs made [`Node::Skip`].
+fn collapse(node: Node, read: &[bool], renumber: &[u32]) -> Node {
     if !node.needed(read)
         && let Some((align, bits)) = node.fixed()
     {
         return Node::Skip { align, bits };
     }
+    let slot = |s: u32| renumber.get(s as usize).copied().unwrap_or(NO_SLOT);
+    let again = |n: Node| collapse(n, read, renumber);
     match node {
         Node::Int {
             bits,
@@ -495,31 +529,32 @@ fn collapse(node: Node, read: &[bool]) -> Node {
             signed,
             big,
             role,
-            slot,
+            slot: s,
         } => Node::Int {
             bits,
             align,
             signed,
             big,
             role,
-            slot: if read.get(slot as usize).copied().unwrap_or(false) {
-                slot
-            } else {
-                NO_SLOT
-            },
+            slot: slot(s),
         },
         Node::Struct { align, fields } => {
-            // Neighbouring skips merge when the second needs no padding of its own.
+            // Neighbouring skips merge when the first leaves the position aligned for the
+            // second (its alignment divides the first's and the first's size).
             let mut out: Vec<Node> = Vec::with_capacity(fields.len());
-            for f in fields.into_iter().map(|f| collapse(f, read)) {
+            for f in fields.into_iter().map(again) {
                 if let (
-                    Some(Node::Skip { bits: b0, .. }),
+                    Some(Node::Skip {
+                        align: a0,
+                        bits: b0,
+                    }),
                     Node::Skip {
                         align: a1,
                         bits: b1,
                     },
                 ) = (out.last_mut(), &f)
-                    && *a1 == 1
+                    && *a1 <= *a0
+                    && *b0 % u64::from(*a1) == 0
                 {
                     *b0 += b1;
                     continue;
@@ -531,28 +566,87 @@ fn collapse(node: Node, read: &[bool]) -> Node {
         Node::Array { align, len, elem } => Node::Array {
             align,
             len,
-            elem: Box::new(collapse(*elem, read)),
+            elem: Box::new(again(*elem)),
         },
         Node::Seq {
             align,
             len,
             elem,
             elem_min_bits,
-        } => Node::Seq {
-            align,
-            len,
-            elem: Box::new(collapse(*elem, read)),
-            elem_min_bits,
+        } => match again(*elem) {
+            Node::Skip { align, bits } => Node::SeqSkip {
+                align,
+                len: slot(len),
+                bits,
+            },
+            elem => Node::Seq {
+                align,
+                len: slot(len),
+                elem: Box::new(elem),
+                elem_min_bits,
+            },
         },
         Node::Variant {
             tag,
             select,
             options,
         } => Node::Variant {
-            tag,
+            tag: slot(tag),
             select,
-            options: options.into_iter().map(|o| collapse(o, read)).collect(),
+            options: options.into_iter().map(again).collect(),
         },
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ctf::metadata::TraceClass;
+    use crate::ctf::program::Program;
+
+    fn compile(fields: &str) -> Result<Program, String> {
+        let text = format!(
+            "/* CTF 1.8 */ typealias integer {{ size = 8; align = 8; signed = false; }} := u8;\n\
+             trace {{ major = 1; minor = 8; byte_order = le; }};\n\
+             event {{ name = \"e\"; fields := struct {{ {fields} }}; }};"
+        );
+        let class = TraceClass::parse(&text, true).map_err(|e| e.to_string())?;
+        Program::compile(&class).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn hostile_types_are_bounded_at_compile_time() {
+        // A huge array of fixed-size elements is one jump, whatever its size.
+        let p = compile("u8 x[1000000000000];").unwrap();
+        let fields = p.events[0].fields.as_ref().unwrap();
+        assert_eq!(fields.fixed(), Some((8, 8_000_000_000_000)));
+        // Empty elements: a huge array of structs is one jump of nothing…
+        compile("struct { } x[1099511627776];").unwrap();
+        // …but of variants (that may be empty) it is refused.
+        let e = compile(
+            "enum : u8 { a = 0, b = 1 } t; variant <t> { struct { } a; u8 b; } v[1000000];",
+        )
+        .err()
+        .unwrap();
+        assert!(e.contains("that may be empty"), "{e}");
+        // Expansion past the node limit: aliases of arrays of aliases.
+        let mut decls = String::new();
+        for i in 1..30 {
+            decls.push_str(&format!(
+                "typealias struct {{ t{} a; t{} b; }} := t{i};\n",
+                i - 1,
+                i - 1
+            ));
+        }
+        let full = format!(
+            "/* CTF 1.8 */ typealias integer {{ size = 8; align = 8; }} := t0;\n{decls}\
+             trace {{ byte_order = le; }};\nevent {{ name = \"e\"; fields := struct {{ t29 x; }}; }};"
+        );
+        let class = TraceClass::parse(&full, true).unwrap();
+        let e = Program::compile(&class).unwrap_err().to_string();
+        assert!(e.contains("expand to more than"), "{e}");
+        // A tag or length that names nothing, or not an enum, is an error, not a panic.
+        assert!(compile("u8 x[ nope ];").is_err());
+        assert!(compile("u8 t; variant <t> { u8 a; } v;").is_err());
     }
 }

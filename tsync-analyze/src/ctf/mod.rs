@@ -7,6 +7,7 @@
 //! | [`metadata`] | the `metadata` file (packetized or plain), TSDL's lexer and parser, the declared types, clocks, streams and events |
 //! | [`layout`] | types compiled for decoding: roles, slots, fixed-size skips, limits |
 //! | [`decode`] | the bit cursor and the decoder |
+//! | [`header`] | LTTng's event headers in straight-line code (the hot path) |
 //! | [`program`] | a trace's metadata compiled: one program per header, context and payload |
 //! | [`stream`] | one stream file, packet by packet |
 //! | [`network`] | LTTng's network events as [`tsync_common::PacketEvent`] digests |
@@ -17,6 +18,7 @@
 //! | `writer` | (test support) LTTng-shaped kernel traces written from packet events |
 
 pub mod decode;
+pub mod header;
 pub mod index;
 pub mod layout;
 pub mod metadata;

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use super::header::FastHeader;
 use super::layout::{Compiler, Node, Role, Scope};
 use super::metadata::types::{IntType, Type};
 use super::metadata::{Clock, MetadataError, TraceClass};
@@ -19,6 +20,8 @@ pub struct StreamProgram {
     pub packet_context: Option<Node>,
     /// `stream.event.header`.
     pub event_header: Option<Node>,
+    /// The same, decoded in straight-line code when it has LTTng's shape.
+    pub fast_header: Option<FastHeader>,
     /// `stream.event.context`.
     pub event_context: Option<Node>,
     dense: Vec<u32>,
@@ -167,6 +170,7 @@ impl Program {
             streams.push(StreamProgram {
                 packet_context: None,
                 event_header: None,
+                fast_header: None,
                 event_context: None,
                 dense: Vec::new(),
                 sparse: HashMap::new(),
@@ -212,6 +216,7 @@ impl Program {
         for (s, (pc, eh, ec)) in streams.iter_mut().zip(stream_nodes) {
             s.packet_context = pc.map(|n| c.finish(n));
             s.event_header = eh.map(|n| c.finish(n));
+            s.fast_header = s.event_header.as_ref().and_then(FastHeader::of);
             s.event_context = ec.map(|n| c.finish(n));
         }
         for e in &mut events {

@@ -14,7 +14,7 @@ use std::io::Read;
 use tsync_common::format::Damage;
 
 use super::decode::{Cursor, DecodeError, Ignore, Sink, decode};
-use super::layout::Role;
+use super::layout::{Node, Role};
 use super::network::{NetEvent, NetSink};
 use super::program::Program;
 
@@ -92,6 +92,8 @@ pub struct StreamReader<R> {
     last_seq: Option<u64>,
     stats: StreamStats,
     damage: Option<Damage>,
+    /// The fields of the network event read last.
+    fields: NetSink,
 }
 
 /// Reads the packet header and context fields the reader needs.
@@ -138,7 +140,7 @@ struct HeaderFields {
 /// CTF 1.8 §8: an integer of fewer than 64 bits mapped to a clock gives its low bits; a value
 /// below the current low bits means they wrapped.
 #[inline]
-fn update_clock(clock: u64, value: u64, bits: u8) -> u64 {
+pub(crate) fn update_clock(clock: u64, value: u64, bits: u8) -> u64 {
     if bits >= 64 {
         return value;
     }
@@ -182,6 +184,7 @@ impl<R: Read> StreamReader<R> {
                 ..StreamStats::default()
             },
             damage: None,
+            fields: NetSink::default(),
         }
     }
 
@@ -368,8 +371,15 @@ impl<R: Read> StreamReader<R> {
                 }
                 continue;
             }
-            match self.event(program) {
-                Ok(Some(hit)) => return Some(hit),
+            match self.read_to_net(program) {
+                Ok(Some(event)) => {
+                    return Some(NetHit {
+                        cycles: self.clock,
+                        cpu: self.packet.as_ref().map_or(0, |p| p.cpu),
+                        event,
+                        fields: std::mem::take(&mut self.fields),
+                    });
+                }
                 Ok(None) => {}
                 Err(e) => {
                     let at = self.pos / 8;
@@ -380,69 +390,76 @@ impl<R: Read> StreamReader<R> {
         }
     }
 
-    /// Decodes one event at `pos`: Some for a network event.
-    fn event(&mut self, program: &Program) -> Result<Option<NetHit>, DecodeError> {
+    /// Reads the current packet's events from `pos` up to the next network event (Some: which,
+    /// its fields in `self.fields`) or the packet's end (None). The loop every event of a trace
+    /// goes through: the packet's bytes, stream and clock stay in hand between events.
+    fn read_to_net(&mut self, program: &Program) -> Result<Option<NetEvent>, DecodeError> {
         let p = self.packet.as_ref().expect("a packet is open");
         let stream = &program.streams[p.stream];
         let mut c = Cursor::new(&self.buf[..p.len], p.content_end);
         c.pos = self.pos;
-        let start = c.pos;
         let mut h = HeaderFields {
             id: None,
             clock: self.clock,
         };
-        if let Some(n) = &stream.event_header {
-            decode(n, &mut c, &mut self.slots, &mut h)?;
-        }
-        if let Some(n) = &stream.event_context {
-            decode(n, &mut c, &mut self.slots, &mut h)?;
-        }
-        let class = stream.event(h.id).ok_or_else(|| {
-            DecodeError(match h.id {
-                Some(id) => format!("event id {id} is not declared for its stream"),
-                None => "an event without id in a stream of several event classes".into(),
-            })
-        })?;
-        let e = &program.events[class as usize];
-        if let Some(n) = &e.context {
-            decode(n, &mut c, &mut self.slots, &mut h)?;
-        }
-        let mut hit = None;
-        if let Some(net) = e.net.filter(|n| n.usable) {
-            let mut fields = NetSink::default();
-            if let Some(n) = &e.fields {
-                decode(n, &mut c, &mut self.slots, &mut fields)?;
+        while c.pos < c.end {
+            let start = c.pos;
+            self.pos = start; // where an error is reported
+            h.id = None;
+            if let Some(fast) = &stream.fast_header {
+                let (id, clock) = fast.decode(&mut c, &mut self.slots, h.clock)?;
+                h.id = Some(id);
+                h.clock = clock;
+            } else if let Some(n) = &stream.event_header {
+                decode(n, &mut c, &mut self.slots, &mut h)?;
             }
-            hit = Some(NetHit {
-                cycles: h.clock,
-                cpu: p.cpu,
-                event: net,
-                fields,
-            });
-        } else if let Some(n) = &e.fields {
-            decode(n, &mut c, &mut self.slots, &mut Ignore)?;
-        }
-        if c.pos == start {
-            return Err(DecodeError("an event of no bits".into()));
+            if let Some(n) = &stream.event_context {
+                decode(n, &mut c, &mut self.slots, &mut h)?;
+            }
+            let class = stream.event(h.id).ok_or_else(|| {
+                DecodeError(match h.id {
+                    Some(id) => format!("event id {id} is not declared for its stream"),
+                    None => "an event without id in a stream of several event classes".into(),
+                })
+            })?;
+            let e = &program.events[class as usize];
+            if let Some(n) = &e.context {
+                decode(n, &mut c, &mut self.slots, &mut h)?;
+            }
+            match (&e.fields, e.net) {
+                (Some(n), Some(net)) if net.usable => {
+                    self.fields = NetSink::default();
+                    decode(n, &mut c, &mut self.slots, &mut self.fields)?;
+                }
+                // Most events of a kernel trace: a payload of fixed size, jumped over.
+                (Some(Node::Skip { align, bits }), _) => {
+                    c.align(*align)?;
+                    c.skip(*bits)?;
+                }
+                (Some(n), _) => decode(n, &mut c, &mut self.slots, &mut Ignore)?,
+                (None, _) => {}
+            }
+            if c.pos == start {
+                return Err(DecodeError("an event of no bits".into()));
+            }
+            self.pos = c.pos;
+            self.clock = h.clock;
+            self.stats.events += 1;
+            self.stats.per_class[class as usize] += 1;
+            match &mut self.stats.span {
+                Some(span) => span.1 = h.clock,
+                None => self.stats.span = Some((h.clock, h.clock)),
+            }
+            if let Some(net) = e.net {
+                // (One without a digest is handed on too, to be counted.)
+                if !net.usable {
+                    self.fields = NetSink::default();
+                }
+                return Ok(Some(net));
+            }
         }
         self.pos = c.pos;
-        self.clock = h.clock;
-        self.stats.events += 1;
-        self.stats.per_class[class as usize] += 1;
-        self.stats.span = Some(match self.stats.span {
-            Some((first, _)) => (first, h.clock),
-            None => (h.clock, h.clock),
-        });
-        if let Some(net) = e.net.filter(|n| !n.usable) {
-            // Counted as a network event without a digest.
-            return Ok(Some(NetHit {
-                cycles: h.clock,
-                cpu: p.cpu,
-                event: net,
-                fields: NetSink::default(),
-            }));
-        }
-        Ok(hit)
+        Ok(None)
     }
 }
 

@@ -293,8 +293,14 @@ impl<R: Read> CtfTrace<R> {
                 e.cpu = hit.cpu;
                 let device = hit.fields.device();
                 if !device.is_empty() {
-                    let next = self.devices.len() as u32 + 1;
-                    e.ifindex = *self.devices.entry(device.to_vec()).or_insert(next);
+                    e.ifindex = match self.devices.get(device) {
+                        Some(&i) => i,
+                        None => {
+                            let next = self.devices.len() as u32 + 1;
+                            self.devices.insert(device.to_vec(), next);
+                            next
+                        }
+                    };
                 }
                 Some(e)
             }

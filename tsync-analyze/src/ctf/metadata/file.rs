@@ -15,7 +15,7 @@ pub const PACKET_HEADER_LEN: usize = 37;
 const PACKET_LEN: usize = 4096;
 /// Largest metadata text read (LTTng's kernel metadata is about 0.5 MiB): a bound on what a
 /// corrupt or hostile file can make the reader hold.
-pub const MAX_METADATA_LEN: u64 = 64 << 20;
+pub const MAX_METADATA_LEN: u64 = 16 << 20;
 
 /// True when `prefix` (the first bytes of a `metadata` file) is CTF metadata: the packet magic
 /// in either byte order, or a text starting `/* CTF`.
@@ -57,6 +57,12 @@ impl Metadata {
 
     /// Parses the bytes of a `metadata` file.
     pub fn parse(bytes: &[u8]) -> Result<Metadata, MetadataError> {
+        if bytes.len() as u64 > MAX_METADATA_LEN {
+            return Err(MetadataError::new(format!(
+                "{} bytes of metadata, more than the {MAX_METADATA_LEN} read",
+                bytes.len()
+            )));
+        }
         let magic = |le: bool| {
             bytes.get(..4).map(|b| {
                 let b = [b[0], b[1], b[2], b[3]];

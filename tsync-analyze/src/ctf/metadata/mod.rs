@@ -178,7 +178,9 @@ impl TraceClass {
                     let t = scope
                         .resolve(ty)
                         .map_err(|e| ctx(format!("typealias {name}: {e}")))?;
-                    let t = scope.with_dims(t, dims);
+                    let t = scope
+                        .with_dims(t, dims)
+                        .map_err(|e| ctx(format!("typedef {name}: {e}")))?;
                     scope.declare(name.clone(), t);
                 }
                 Decl::Type(t) => {

@@ -97,7 +97,13 @@ pub enum Type {
 #[derive(Default)]
 pub struct TypeScope {
     names: HashMap<String, Arc<Type>>,
+    /// Nesting depth of every type made, by address.
+    depths: HashMap<*const Type, u32>,
+    keep: Vec<Arc<Type>>,
 }
+
+/// Deepest nesting of types (LTTng's deepest is 6).
+pub const MAX_TYPE_DEPTH: u32 = 64;
 
 fn int_attr(a: &Attr) -> Result<i128, String> {
     match &a.value {
@@ -137,7 +143,7 @@ impl TypeScope {
     /// Resolves a type as written.
     pub fn resolve(&mut self, spec: &TypeSpec) -> Result<Arc<Type>, String> {
         Ok(match spec {
-            TypeSpec::Integer(attrs) => Arc::new(Type::Int(integer(attrs)?)),
+            TypeSpec::Integer(attrs) => self.make(Type::Int(integer(attrs)?))?,
             TypeSpec::Float(attrs) => {
                 let (mut exp, mut mant, mut align, mut order) = (0, 0, None, ByteOrder::Native);
                 for a in attrs {
@@ -155,13 +161,13 @@ impl TypeScope {
                         "floating_point of {size} bits: only 32 and 64 bits are supported"
                     ));
                 }
-                Arc::new(Type::Float {
+                self.make(Type::Float {
                     size: size as u32,
                     align: align.unwrap_or(8),
                     order,
-                })
+                })?
             }
-            TypeSpec::String(_) => Arc::new(Type::String),
+            TypeSpec::String(_) => self.make(Type::String)?,
             TypeSpec::Named(n) => self
                 .names
                 .get(n)
@@ -187,10 +193,8 @@ impl TypeScope {
                     Some(bits) => alignment(i128::from(*bits))?,
                     None => 1,
                 };
-                let t = Arc::new(Type::Struct {
-                    fields: self.fields(fields)?,
-                    align,
-                });
+                let fields = self.fields(fields)?;
+                let t = self.make(Type::Struct { fields, align })?;
                 if let Some(k) = key {
                     self.names.insert(k, t.clone());
                 }
@@ -200,10 +204,8 @@ impl TypeScope {
                 let key = name.as_ref().map(|n| format!("variant {n}"));
                 let t = match fields {
                     Some(fields) => {
-                        let t = Arc::new(Type::Variant {
-                            tag: None,
-                            options: self.fields(fields)?,
-                        });
+                        let options = self.fields(fields)?;
+                        let t = self.make(Type::Variant { tag: None, options })?;
                         if let Some(k) = &key {
                             self.names.insert(k.clone(), t.clone());
                         }
@@ -218,10 +220,10 @@ impl TypeScope {
                     }
                 };
                 match (tag, t.as_ref()) {
-                    (Some(tag), Type::Variant { options, .. }) => Arc::new(Type::Variant {
+                    (Some(tag), Type::Variant { options, .. }) => self.make(Type::Variant {
                         tag: Some(tag.clone()),
                         options: options.clone(),
-                    }),
+                    })?,
                     _ => t,
                 }
             }
@@ -253,10 +255,10 @@ impl TypeScope {
                         }
                     },
                 };
-                let t = Arc::new(Type::Enum {
+                let t = self.make(Type::Enum {
                     int,
                     entries: entries.clone(),
-                });
+                })?;
                 if let Some(k) = key {
                     self.names.insert(k, t.clone());
                 }
@@ -269,23 +271,45 @@ impl TypeScope {
         let mut out = Vec::with_capacity(fields.len());
         for f in fields {
             let t = self.resolve(&f.ty)?;
-            out.push((f.name.clone(), self.with_dims(t, &f.dims)));
+            out.push((f.name.clone(), self.with_dims(t, &f.dims)?));
         }
         Ok(out)
     }
 
     /// `ty` wrapped in the arrays and sequences of `dims` (`x[2][3]`: two arrays of three).
-    pub fn with_dims(&self, mut ty: Arc<Type>, dims: &[Dim]) -> Arc<Type> {
+    pub fn with_dims(&mut self, mut ty: Arc<Type>, dims: &[Dim]) -> Result<Arc<Type>, String> {
         for d in dims.iter().rev() {
-            ty = Arc::new(match d {
+            ty = self.make(match d {
                 Dim::Fixed(n) => Type::Array { elem: ty, len: *n },
                 Dim::Ref(p) => Type::Sequence {
                     elem: ty,
                     len: p.clone(),
                 },
-            });
+            })?;
         }
-        ty
+        Ok(ty)
+    }
+
+    /// A new shared type, refused when it nests deeper than [`MAX_TYPE_DEPTH`] (aliases of
+    /// aliases can nest what the parser's depth limit lets through; everything that walks a
+    /// type recurses).
+    fn make(&mut self, t: Type) -> Result<Arc<Type>, String> {
+        let depth_of = |c: &Arc<Type>| self.depths.get(&Arc::as_ptr(c)).copied().unwrap_or(0);
+        let inner = match &t {
+            Type::Struct { fields, .. } => fields.iter().map(|(_, f)| depth_of(f)).max(),
+            Type::Variant { options, .. } => options.iter().map(|(_, f)| depth_of(f)).max(),
+            Type::Array { elem, .. } | Type::Sequence { elem, .. } => Some(depth_of(elem)),
+            _ => None,
+        };
+        let depth = inner.map_or(0, |d| d + 1);
+        if depth > MAX_TYPE_DEPTH {
+            return Err(format!("types nested deeper than {MAX_TYPE_DEPTH} levels"));
+        }
+        let t = Arc::new(t);
+        self.depths.insert(Arc::as_ptr(&t), depth);
+        // (The map keeps the types alive: a pointer is never reused for another type.)
+        self.keep.push(t.clone());
+        Ok(t)
     }
 }
 
@@ -361,7 +385,7 @@ mod tests {
             match d {
                 Decl::Alias { ty, dims, name } => {
                     let t = s.resolve(&ty).unwrap();
-                    let t = s.with_dims(t, &dims);
+                    let t = s.with_dims(t, &dims).unwrap();
                     s.declare(name, t);
                 }
                 Decl::Type(t) => {
@@ -402,6 +426,28 @@ mod tests {
             panic!()
         };
         assert!(matches!(elem.as_ref(), Type::Int(i) if i.order == ByteOrder::Big && i.align == 8));
+    }
+
+    #[test]
+    fn refuses_types_nested_through_aliases() {
+        let mut text = String::from("typealias integer { size = 8; } := t0;\n");
+        for i in 1..200 {
+            text.push_str(&format!("typealias struct {{ t{} x; }} := t{i};\n", i - 1));
+        }
+        let mut s = TypeScope::default();
+        let mut error = None;
+        for d in parse(&text).unwrap() {
+            if let Decl::Alias { ty, name, .. } = d {
+                match s.resolve(&ty) {
+                    Ok(t) => s.declare(name, t),
+                    Err(e) => {
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        assert_eq!(error.unwrap(), "types nested deeper than 64 levels");
     }
 
     #[test]
