@@ -6,6 +6,8 @@
 //!
 //! `cargo bench -p tsync-analyze --bench ctf`
 
+mod common;
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 use tsync_analyze::ctf::CtfTrace;
@@ -77,18 +79,9 @@ fn decode(c: &mut Criterion) {
     g.finish();
 }
 
-/// Criterion's report plots need the font tsync's own plots register (as in the `clc` bench).
-fn config() -> Criterion {
-    if tsync_analyze::output::plot::ensure_font().is_ok() {
-        Criterion::default()
-    } else {
-        Criterion::default().without_plots()
-    }
-}
-
 criterion_group! {
     name = benches;
-    config = config();
+    config = common::config();
     targets = decode
 }
 criterion_main!(benches);

@@ -6,7 +6,7 @@
 //! [`DecodeError`], never a read past the buffer; sequences longer than what is left are refused
 //! before any element is read.
 
-use super::layout::{MAX_EMPTY_ELEMENTS, NO_SLOT, Node, Role};
+use super::layout::{IntLeaf, MAX_EMPTY_ELEMENTS, NO_SLOT, Node, Role};
 
 /// Why a packet could not be decoded further.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -151,29 +151,23 @@ fn signed(value: u64, bits: u8) -> i128 {
 
 /// An integer field, decoded in line (the decoder's most frequent node).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn int<S: Sink>(
-    bits: u8,
-    align: u32,
-    is_signed: bool,
-    big: bool,
-    role: Role,
-    slot: u32,
+    i: &IntLeaf,
     c: &mut Cursor<'_>,
     slots: &mut [i128],
     sink: &mut S,
 ) -> Result<(), DecodeError> {
-    c.align(align)?;
-    let v = c.read(bits, big)?;
-    if slot != NO_SLOT {
-        slots[slot as usize] = if is_signed {
-            signed(v, bits)
+    c.align(i.align)?;
+    let v = c.read(i.bits, i.big)?;
+    if i.slot != NO_SLOT {
+        slots[i.slot as usize] = if i.signed {
+            signed(v, i.bits)
         } else {
             i128::from(v)
         };
     }
-    if role != Role::None {
-        sink.int(role, v, bits);
+    if i.role != Role::None {
+        sink.int(i.role, v, i.bits);
     }
     Ok(())
 }
@@ -214,14 +208,7 @@ pub fn decode<S: Sink>(
             c.align(*align)?;
             c.skip(*bits)
         }
-        &Node::Int {
-            bits,
-            align,
-            signed,
-            big,
-            role,
-            slot,
-        } => int(bits, align, signed, big, role, slot, c, slots, sink),
+        Node::Int(i) => int(i, c, slots, sink),
         Node::Struct { align, fields } => {
             c.align(*align)?;
             // Leaves in line: no call per field.
@@ -231,14 +218,7 @@ pub fn decode<S: Sink>(
                         c.align(align)?;
                         c.skip(bits)?;
                     }
-                    Node::Int {
-                        bits,
-                        align,
-                        signed,
-                        big,
-                        role,
-                        slot,
-                    } => int(bits, align, signed, big, role, slot, c, slots, sink)?,
+                    Node::Int(ref i) => int(i, c, slots, sink)?,
                     Node::SeqSkip { align, len, bits } => seq_skip(align, len, bits, c, slots)?,
                     _ => decode(f, c, slots, sink)?,
                 }

@@ -36,15 +36,14 @@ pub struct FastHeader {
 
 /// A little-endian unsigned integer with `role`: its alignment and size.
 fn int(n: &Node, role: Role) -> Option<(Field, u32)> {
-    match *n {
-        Node::Int {
-            bits,
-            align,
-            signed: false,
-            big: false,
-            role: r,
-            slot,
-        } if r == role => Some((Field { align, bits }, slot)),
+    match n {
+        Node::Int(i) if !i.signed && !i.big && i.role == role => Some((
+            Field {
+                align: i.align,
+                bits: i.bits,
+            },
+            i.slot,
+        )),
         _ => None,
     }
 }

@@ -60,20 +60,7 @@ pub enum Role {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Node {
     /// An integer (or an enum's container).
-    Int {
-        /// Size in bits.
-        bits: u8,
-        /// Alignment in bits.
-        align: u32,
-        /// Sign-extended into its slot.
-        signed: bool,
-        /// Big-endian.
-        big: bool,
-        /// What it means.
-        role: Role,
-        /// Where its value is kept for a variant or a sequence ([`NO_SLOT`]: nowhere).
-        slot: u32,
-    },
+    Int(IntLeaf),
     /// Fixed-size data nothing reads: aligned, then jumped over.
     Skip {
         /// Alignment in bits.
@@ -132,6 +119,23 @@ pub enum Node {
         /// The options.
         options: Vec<Node>,
     },
+}
+
+/// An integer field, compiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IntLeaf {
+    /// Size in bits.
+    pub bits: u8,
+    /// Alignment in bits.
+    pub align: u32,
+    /// Sign-extended into its slot.
+    pub signed: bool,
+    /// Big-endian.
+    pub big: bool,
+    /// What it means.
+    pub role: Role,
+    /// Where its value is kept for a variant or a sequence ([`NO_SLOT`]: nowhere).
+    pub slot: u32,
 }
 
 /// Which part of a packet or event a type describes: it decides the roles of its fields.
@@ -374,14 +378,14 @@ impl Compiler {
             ByteOrder::Native => self.order == ByteOrder::Big,
             o => o == ByteOrder::Big,
         };
-        Node::Int {
+        Node::Int(IntLeaf {
             bits: i.size as u8,
             align: i.align.max(1),
             signed: i.signed,
             big,
             role: roles(name, i),
             slot,
-        }
+        })
     }
 
     /// The field a tag or length path names: relative paths from the innermost struct outward,
@@ -437,7 +441,7 @@ impl Node {
     /// Alignment in bits.
     pub fn align(&self) -> u32 {
         match self {
-            Node::Int { align, .. }
+            Node::Int(IntLeaf { align, .. })
             | Node::Skip { align, .. }
             | Node::Struct { align, .. }
             | Node::Array { align, .. }
@@ -451,7 +455,7 @@ impl Node {
     /// Fewest bits the node takes.
     pub fn min_bits(&self) -> u64 {
         match self {
-            Node::Int { bits, .. } => u64::from(*bits),
+            Node::Int(i) => u64::from(i.bits),
             Node::Skip { bits, .. } => *bits,
             Node::Str { .. } => 8,
             Node::Struct { fields, .. } => fields
@@ -472,7 +476,7 @@ impl Node {
     /// divides its own.
     pub fn fixed(&self) -> Option<(u32, u64)> {
         match self {
-            Node::Int { bits, align, .. } => Some((*align, u64::from(*bits))),
+            Node::Int(i) => Some((i.align, u64::from(i.bits))),
             Node::Skip { align, bits } => Some((*align, *bits)),
             Node::Struct { align, fields } => {
                 let mut at = 0u64;
@@ -500,8 +504,8 @@ impl Node {
     /// Whether the node (or anything in it) has a role or a slot something reads.
     fn needed(&self, read: &[bool]) -> bool {
         match self {
-            Node::Int { role, slot, .. } => {
-                *role != Role::None || read.get(*slot as usize).copied().unwrap_or(false)
+            Node::Int(i) => {
+                i.role != Role::None || read.get(i.slot as usize).copied().unwrap_or(false)
             }
             Node::Skip { .. } | Node::SeqSkip { .. } => false,
             Node::Str { role } => *role != Role::None,
@@ -523,21 +527,10 @@ fn collapse(node: Node, read: &[bool], renumber: &[u32]) -> Node {
     let slot = |s: u32| renumber.get(s as usize).copied().unwrap_or(NO_SLOT);
     let again = |n: Node| collapse(n, read, renumber);
     match node {
-        Node::Int {
-            bits,
-            align,
-            signed,
-            big,
-            role,
-            slot: s,
-        } => Node::Int {
-            bits,
-            align,
-            signed,
-            big,
-            role,
-            slot: slot(s),
-        },
+        Node::Int(i) => Node::Int(IntLeaf {
+            slot: slot(i.slot),
+            ..i
+        }),
         Node::Struct { align, fields } => {
             // Neighbouring skips merge when the first leaves the position aligned for the
             // second (its alignment divides the first's and the first's size).

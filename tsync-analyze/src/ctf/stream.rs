@@ -115,11 +115,7 @@ impl Sink for PacketFields {
         match role {
             Role::Magic => self.magic = Some(v),
             Role::StreamId => self.stream_id = Some(v),
-            Role::TraceUuid => {
-                if self.uuid.len() < 16 {
-                    self.uuid.push(v as u8)
-                }
-            }
+            Role::TraceUuid if self.uuid.len() < 16 => self.uuid.push(v as u8),
             Role::TsBegin => self.ts_begin = Some(v),
             Role::ContentSize => self.content = Some(v),
             Role::PacketSize => self.size = Some(v),

@@ -170,17 +170,7 @@ pub fn inspect(dir: &Path) -> Result<CtfSummary, CtfError> {
         tracer: t.header().options.agent_version.clone(),
         host: class.env("hostname").unwrap_or_default(),
         domain: class.env("domain").unwrap_or_default(),
-        uuid: class.uuid.map(|u| {
-            let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-            format!(
-                "{}-{}-{}-{}-{}",
-                &h[..8],
-                &h[8..12],
-                &h[12..16],
-                &h[16..20],
-                &h[20..]
-            )
-        }),
+        uuid: class.uuid.as_ref().map(super::metadata::uuid_text),
         env: class.env.iter().cloned().collect(),
         clock: clock.as_ref().map(|c| ClockInfo {
             name: c.name.clone(),

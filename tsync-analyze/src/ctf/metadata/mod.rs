@@ -288,6 +288,19 @@ pub fn parse_uuid(s: &str) -> Result<[u8; 16], String> {
     Ok(out)
 }
 
+/// A UUID's text form, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+pub fn uuid_text(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
 fn int_value(a: &Attr) -> Result<i128, String> {
     match a.value {
         Value::Int(v) => Ok(v),

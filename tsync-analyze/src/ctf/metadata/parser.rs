@@ -46,9 +46,12 @@ pub fn parse(text: &str) -> Result<Vec<Decl>, MetadataError> {
     Ok(out)
 }
 
+/// A top-level block's statements and the byte range of the whole declaration.
+pub type Block = (Vec<Attr>, (usize, usize));
+
 /// The statements of the top-level `kind` blocks of `text` with their byte ranges, read from
 /// the tokens alone: the types around them need not parse (what `apply` rewrites).
-pub fn blocks(text: &str, kind: &str) -> Result<Vec<(Vec<Attr>, (usize, usize))>, MetadataError> {
+pub fn blocks(text: &str, kind: &str) -> Result<Vec<Block>, MetadataError> {
     let tokens = tokenize(text)?;
     let mut p = Parser {
         text,
@@ -200,8 +203,13 @@ impl<'a> Parser<'a> {
         ))
     }
 
-    /// Statements up to and including the closing `}` of a block or attribute list.
-    fn attrs(&mut self) -> Result<Vec<Attr>, MetadataError> {
+    /// Items up to and including the closing `}` of a body (empty statements skipped), each
+    /// read by `item`; `what` names the body in the error when it is not closed.
+    fn body<T>(
+        &mut self,
+        what: &str,
+        mut item: impl FnMut(&mut Self, &mut Vec<T>) -> Result<(), MetadataError>,
+    ) -> Result<Vec<T>, MetadataError> {
         self.enter()?;
         let mut out = Vec::new();
         loop {
@@ -212,30 +220,38 @@ impl<'a> Parser<'a> {
                 continue;
             }
             if self.pos >= self.toks.len() {
-                return Err(self.error("a block is not closed"));
+                return Err(self.error(format!("{what} is not closed")));
             }
-            let start = self.toks[self.pos].start;
-            let mut key = self.ident()?;
-            while self.eat(".") {
+            item(self, &mut out)?;
+        }
+        self.depth -= 1;
+        Ok(out)
+    }
+
+    /// Statements up to and including the closing `}` of a block or attribute list.
+    fn attrs(&mut self) -> Result<Vec<Attr>, MetadataError> {
+        self.body("a block", |p, out| {
+            let start = p.toks[p.pos].start;
+            let mut key = p.ident()?;
+            while p.eat(".") {
                 key.push('.');
-                key.push_str(&self.ident()?);
+                key.push_str(&p.ident()?);
             }
-            let value = if self.eat(":=") {
-                Value::Type(self.type_spec(false)?)
+            let value = if p.eat(":=") {
+                Value::Type(p.type_spec(false)?)
             } else {
-                self.expect("=")?;
-                self.value()?
+                p.expect("=")?;
+                p.value()?
             };
-            let end = self.toks[self.pos - 1].end;
-            self.expect(";")?;
+            let end = p.toks[p.pos - 1].end;
+            p.expect(";")?;
             out.push(Attr {
                 key,
                 value,
                 range: (start, end),
             });
-        }
-        self.depth -= 1;
-        Ok(out)
+            Ok(())
+        })
     }
 
     fn value(&mut self) -> Result<Value, MetadataError> {
@@ -412,38 +428,22 @@ impl<'a> Parser<'a> {
 
     /// Fields up to and including the closing `}` of a struct or variant body.
     fn fields(&mut self) -> Result<Vec<Field>, MetadataError> {
-        self.enter()?;
-        let mut out = Vec::new();
-        loop {
-            if self.eat("}") {
-                break;
+        self.body("a struct or variant", |p, out| {
+            if p.is("typealias") || p.is("typedef") {
+                let d = p.top_level()?;
+                p.hoisted.push(d);
+                return Ok(());
             }
-            if self.eat(";") {
-                continue;
-            }
-            if self.pos >= self.toks.len() {
-                return Err(self.error("a struct or variant is not closed"));
-            }
-            if self.is("typealias") || self.is("typedef") {
-                let d = self.top_level()?;
-                self.hoisted.push(d);
-                continue;
-            }
-            let f = self.field()?;
+            let f = p.field()?;
             out.push(f);
             // `type a, b;`: further declarators of the same type.
-            while self
-                .toks
-                .get(self.pos - 1)
-                .is_some_and(|t| t.kind == TokenKind::Punct(","))
-            {
+            while p.toks[p.pos - 1].kind == TokenKind::Punct(",") {
                 let ty = out.last().expect("just pushed").ty.clone();
-                let (name, dims) = self.declarator()?;
+                let (name, dims) = p.declarator()?;
                 out.push(Field { ty, name, dims });
             }
-        }
-        self.depth -= 1;
-        Ok(out)
+            Ok(())
+        })
     }
 
     /// `type name[dims];` (or `,` instead of `;` before another declarator).

@@ -18,6 +18,7 @@ use std::path::Path;
 use tsync_common::{IPPROTO_TCP, PacketEvent, kind};
 
 use super::metadata::file::{METADATA_MAGIC, PACKET_HEADER_LEN, packetize};
+use super::metadata::uuid_text;
 use super::stream::PACKET_MAGIC;
 
 /// How to write a trace.
@@ -71,7 +72,7 @@ impl Bits {
     }
 
     fn put(&mut self, v: u64, bits: u32, big: bool) {
-        if self.pos % 8 == 0 && bits % 8 == 0 {
+        if self.pos.is_multiple_of(8) && bits.is_multiple_of(8) {
             let n = (bits / 8) as usize;
             let bytes = if big {
                 v.to_be_bytes()[8 - n..].to_vec()
@@ -305,19 +306,6 @@ impl StreamWriter {
     }
 }
 
-/// A UUID's text form.
-fn uuid_text(u: &[u8; 16]) -> String {
-    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
-}
-
 impl KernelTrace {
     /// Writes the trace into `dir` (created): `events` (in time order per CPU) as
     /// `net_dev_queue` (sends) and `net_if_receive_skb` (receives), with filler events
@@ -363,7 +351,7 @@ impl KernelTrace {
                 for i in 0..self.filler {
                     let t = prev + gap * u64::from(i + 1) / u64::from(self.filler + 1);
                     k += 1;
-                    if k % 2 == 0 {
+                    if k.is_multiple_of(2) {
                         s.event(t, tsdl::SCHED_SWITCH, Payload::SchedSwitch(k))?;
                     } else {
                         s.event(t, tsdl::SYSCALL_ENTRY_SELECT, Payload::Select(k))?;

@@ -145,6 +145,19 @@ fn protocol_enum(name: &str) -> String {
     )
 }
 
+/// The end of both IP headers: the addresses (each after a byte-alignment padding) and the
+/// transport header, a variant on the protocol field `tag`.
+fn tail(saddr: String, daddr: String, tag: &str) -> String {
+    let pad = |name: &str| format!("\t\t\t\tstruct {{ }} align(8) {name};\n");
+    format!(
+        "{}{saddr}{}{daddr}\t\t\t\tvariant <{tag}> {{\n\t\t\t\t\tstruct {{\n\t\t\t\t\t}}_unknown;\n{}\
+         \t\t\t\t}}_transport_header;\n",
+        pad("_saddr_padding"),
+        pad("_daddr_padding"),
+        tcp()
+    )
+}
+
 /// The fields of `net_dev_queue` and `net_if_receive_skb`.
 fn network_fields() -> String {
     let b = |size, align, base, name: &str| {
@@ -164,13 +177,10 @@ fn network_fields() -> String {
         b(8, 8, 10, "_ttl"),
         protocol_enum("_protocol"),
         b(16, 8, 16, "_checksum"),
-        pad("_saddr_padding"),
-        b(8, 8, 10, "_saddr[4]"),
-        pad("_daddr_padding"),
-        b(8, 8, 10, "_daddr[4]"),
-        format!(
-            "\t\t\t\tvariant <_protocol> {{\n\t\t\t\t\tstruct {{\n\t\t\t\t\t}}_unknown;\n{}\t\t\t\t}}_transport_header;\n",
-            tcp()
+        tail(
+            b(8, 8, 10, "_saddr[4]"),
+            b(8, 8, 10, "_daddr[4]"),
+            "_protocol",
         ),
     ]
     .concat();
@@ -182,13 +192,10 @@ fn network_fields() -> String {
         b(16, 8, 10, "_payload_len"),
         protocol_enum("_nexthdr"),
         b(8, 8, 10, "_hop_limit"),
-        pad("_saddr_padding"),
-        b(16, 8, 16, "_saddr[8]"),
-        pad("_daddr_padding"),
-        b(16, 8, 16, "_daddr[8]"),
-        format!(
-            "\t\t\t\tvariant <_nexthdr> {{\n\t\t\t\t\tstruct {{\n\t\t\t\t\t}}_unknown;\n{}\t\t\t\t}}_transport_header;\n",
-            tcp()
+        tail(
+            b(16, 8, 16, "_saddr[8]"),
+            b(16, 8, 16, "_daddr[8]"),
+            "_nexthdr",
         ),
     ]
     .concat();
