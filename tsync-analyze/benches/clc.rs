@@ -3,6 +3,8 @@
 //!
 //! `cargo bench -p tsync-analyze --bench clc`
 
+mod common;
+
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 use tsync_analyze::clc::{ClcInput, ClcParams, correct};
@@ -79,19 +81,9 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-/// The workspace builds plotters with its `ab_glyph` font backend (for tsync's own plots), so
-/// criterion's report plots need the same registered font; without one, skip them.
-fn config() -> Criterion {
-    if tsync_analyze::output::plot::ensure_font().is_ok() {
-        Criterion::default()
-    } else {
-        Criterion::default().without_plots()
-    }
-}
-
 criterion_group! {
     name = benches;
-    config = config();
+    config = common::config();
     targets = bench
 }
 criterion_main!(benches);

@@ -48,6 +48,7 @@
 
 pub mod apply;
 pub mod clc;
+pub mod ctf;
 mod estimate;
 pub mod eval;
 mod input;

@@ -30,6 +30,11 @@ pub mod kind {
     pub const TCP6: u8 = 2;
     /// IPv4 + UDP: ports, lengths and the first 8 payload bytes, as LTTng's `udpv4_rcv_extended`.
     pub const UDP4: u8 = 3;
+    /// TCP seen by LTTng's old add-on events (`inet_sock_local_out`/`_in`, read from LTTng
+    /// traces, never recorded by the agent): sequence and acknowledgment numbers, data offset
+    /// and flags only — no addresses, ports or lengths. A kind of its own, so that such a
+    /// digest only ever matches another add-on event.
+    pub const TCP_ADDON: u8 = 4;
 }
 
 /// Names in the eBPF object that the programs (`tsync-ebpf`), the agent's loader and the test lab

@@ -11,6 +11,7 @@ mod demo;
 mod dist;
 mod ebpf;
 mod fuzz;
+mod fuzz_ctf;
 mod lab;
 mod setup;
 mod simulate;

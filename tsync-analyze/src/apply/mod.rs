@@ -86,6 +86,23 @@ pub enum ApplyError {
     },
 }
 
+impl From<crate::ctf::CtfError> for ApplyError {
+    fn from(e: crate::ctf::CtfError) -> Self {
+        match e {
+            crate::ctf::CtfError::Io { path, source } => {
+                ApplyError::io(format!("cannot read {}", path.display()), source)
+            }
+            other => ApplyError::Events(other.to_string()),
+        }
+    }
+}
+
+impl From<crate::ctf::metadata::MetadataError> for ApplyError {
+    fn from(e: crate::ctf::metadata::MetadataError) -> Self {
+        ApplyError::Events(e.to_string())
+    }
+}
+
 impl ApplyError {
     pub(crate) fn io(what: impl std::fmt::Display, source: std::io::Error) -> Self {
         ApplyError::Io {

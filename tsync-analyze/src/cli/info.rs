@@ -1,20 +1,24 @@
 //! `tsync-analyze info`: what each input holds — for a trace file its header, event counts,
-//! lost events, clock samples and time span; for a text message file its traces and messages.
+//! lost events, clock samples and time span; for a text message file its traces and messages;
+//! for an LTTng (CTF) trace directory, per trace: tracer, host, clock, events, the network
+//! events found and what the tracer discarded.
 
 use std::path::{Path, PathBuf};
 
 use clap::Args;
 use serde::Serialize;
+use tsync_analyze::ctf::{self, summary::CtfSummary};
 use tsync_analyze::{SourceKind, TraceSummary, sniff, text};
 
 use super::{CliError, CmdResult};
 
 #[derive(Args)]
 pub struct InfoCmd {
-    /// Trace files (tsync-agent) and/or text message files.
+    /// Trace files (tsync-agent), text message files and/or LTTng (CTF) trace directories.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
-    /// Print a JSON array with one object per file (`"format": "trace"` or `"text"`).
+    /// Print a JSON array with one object per file (`"format": "trace"`, `"text"` or `"ctf"`,
+    /// one per trace of a directory).
     #[arg(long)]
     pub json: bool,
 }
@@ -94,8 +98,25 @@ fn render_text(s: &TextSummary) -> String {
     out
 }
 
-/// One file's report as JSON and as text.
-fn describe(path: &Path) -> Result<(serde_json::Value, String), CliError> {
+/// One input's reports as JSON and as text (a directory: one per CTF trace in it).
+fn describe(path: &Path) -> Result<Vec<(serde_json::Value, String)>, CliError> {
+    if path.is_dir() {
+        let traces = ctf::find_traces(path)?;
+        if traces.is_empty() {
+            sniff(path)?; // says what is wrong
+        }
+        return traces
+            .iter()
+            .map(|t| {
+                let s = ctf::summary::inspect(t)?;
+                Ok((serde_json::to_value(&s)?, render_ctf(&s)))
+            })
+            .collect();
+    }
+    Ok(vec![describe_file(path)?])
+}
+
+fn describe_file(path: &Path) -> Result<(serde_json::Value, String), CliError> {
     match sniff(path)? {
         SourceKind::Trace => {
             let i = tsync_analyze::inspect(path)?;
@@ -110,6 +131,7 @@ fn describe(path: &Path) -> Result<(serde_json::Value, String), CliError> {
             let v = serde_json::to_value(&s)?;
             Ok((v, render_text(&s)))
         }
+        SourceKind::Ctf => unreachable!("directories are described above"),
     }
 }
 
@@ -117,9 +139,10 @@ pub fn run(a: InfoCmd) -> CmdResult {
     let mut values = Vec::new();
     let mut texts = Vec::new();
     for f in &a.files {
-        let (v, t) = describe(f)?;
-        values.push(v);
-        texts.push(t);
+        for (v, t) in describe(f)? {
+            values.push(v);
+            texts.push(t);
+        }
     }
     let out = if a.json {
         super::json(&values)?
@@ -218,5 +241,133 @@ fn render_trace(info: &TraceSummary) -> String {
             ),
         ),
     }
+    out
+}
+
+/// The human-readable report for one CTF trace.
+fn render_ctf(info: &CtfSummary) -> String {
+    let mut out = format!("{}\n", info.path.display());
+    let mut line = |key: &str, value: String| out.push_str(&format!("  {key:<14} {value}\n"));
+    line("format", format!("CTF (LTTng), {} domain", info.domain));
+    line("tracer", info.tracer.clone());
+    line("host", info.host.clone());
+    if let Some(k) = info.env.get("kernel_release") {
+        line(
+            "kernel",
+            format!("{}", serde_json::to_value(k).unwrap_or_default()).replace('"', ""),
+        );
+    }
+    match &info.clock {
+        Some(c) => line(
+            "clock",
+            format!(
+                "{} at {} Hz, offset {}.{:09} s from the epoch; no clock samples (LTTng \
+                 records none): synchronized on this clock as recorded",
+                c.name,
+                c.freq,
+                c.offset_ns.div_euclid(1_000_000_000),
+                c.offset_ns.rem_euclid(1_000_000_000)
+            ),
+        ),
+        None => line("clock", "none declared: timestamps taken as ns".into()),
+    }
+    line(
+        "events",
+        format!(
+            "{} in {} stream file(s), {} event classes declared",
+            info.events,
+            info.streams.len(),
+            info.event_classes
+        ),
+    );
+    if let (Some(first), Some(last)) = (info.first_ns, info.last_ns) {
+        line(
+            "time span",
+            format!(
+                "{:.6} s ({:.9} .. {:.9} s)",
+                last.saturating_sub(first) as f64 * 1e-9,
+                first as f64 * 1e-9,
+                last as f64 * 1e-9
+            ),
+        );
+    }
+    let mut top: Vec<(&String, &u64)> = info.per_class.iter().collect();
+    top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let shown: Vec<String> = top
+        .iter()
+        .take(5)
+        .map(|(n, c)| format!("{n} {c}"))
+        .collect();
+    if !shown.is_empty() {
+        line("most frequent", shown.join(", "));
+    }
+    if info.network_classes.is_empty() {
+        line(
+            "network",
+            "no network event declared: nothing to synchronize on (record net_dev_queue and \
+             netif_receive_skb)"
+                .into(),
+        );
+    }
+    for c in &info.network_classes {
+        let layout = match c.layout {
+            "network_header" => "with network_header",
+            "addon" => "add-on (seq, ack_seq, flags)",
+            _ => "WITHOUT network header: no digest",
+        };
+        line(
+            "network event",
+            format!(
+                "{} ({}, {layout}): {} events",
+                c.name, c.direction, c.events
+            ),
+        );
+    }
+    let n = &info.network;
+    line(
+        "digests",
+        format!(
+            "{} ({} sent, {} received; TCP/IPv4 {}, TCP/IPv6 {}, UDP/IPv4 {}, add-on {}); \
+             skipped: {} not IP, {} other protocols, {} without header",
+            n.send + n.recv,
+            n.send,
+            n.recv,
+            n.tcp4,
+            n.tcp6,
+            n.udp4,
+            n.tcp_addon,
+            n.not_ip,
+            n.other_protocol,
+            n.no_header
+        ),
+    );
+    if !info.devices.is_empty() {
+        let d: Vec<String> = info
+            .devices
+            .iter()
+            .map(|(i, n)| format!("{n} (#{i})"))
+            .collect();
+        line("devices", d.join(", "));
+    }
+    line(
+        "lost",
+        format!(
+            "{} events discarded by the tracer, {} packets missing",
+            info.events_discarded, info.lost_packets
+        ),
+    );
+    for s in &info.streams {
+        if let Some(d) = &s.damage {
+            line("DAMAGED", d.clone());
+        }
+    }
+    line(
+        "trace",
+        if info.complete {
+            "complete".into()
+        } else {
+            "DAMAGED: the events before the damage were read".into()
+        },
+    );
     out
 }

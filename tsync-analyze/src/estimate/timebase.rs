@@ -172,8 +172,13 @@ pub fn resolve(
     if choice == TimebaseChoice::Recorded {
         return Ok((timebases, notes));
     }
+    let mut ctf = Vec::new();
     for trace in &inputs.traces {
         let source = &inputs.sources[trace.source];
+        if source.kind == SourceKind::Ctf {
+            ctf.push(trace.name.as_str());
+            continue;
+        }
         if !matches!(source.kind, SourceKind::Trace) {
             continue;
         }
@@ -185,6 +190,14 @@ pub fn resolve(
                 trace.name
             )),
         }
+    }
+    if !ctf.is_empty() {
+        notes.push(format!(
+            "LTTng trace(s) {}: LTTng records no clock samples, so NTP slewing cannot be undone; \
+             they are estimated on their recorded clock (LTTng's `monotonic`, CLOCK_MONOTONIC), \
+             as with --timebase recorded",
+            ctf.join(", ")
+        ));
     }
     Ok((timebases, notes))
 }

@@ -35,9 +35,26 @@ pub enum InputError {
         /// Why it cannot be decoded.
         what: String,
     },
+    /// A CTF (LTTng) trace cannot be decoded.
+    #[error("{path}: not a usable CTF trace: {what}")]
+    Ctf {
+        /// The trace directory.
+        path: PathBuf,
+        /// Why it cannot be decoded.
+        what: String,
+    },
     /// The inputs are fine one by one but cannot be analyzed together.
     #[error("{0}")]
     Invalid(String),
+}
+
+impl From<crate::ctf::CtfError> for InputError {
+    fn from(e: crate::ctf::CtfError) -> Self {
+        match e {
+            crate::ctf::CtfError::Io { path, source } => InputError::Io { path, source },
+            crate::ctf::CtfError::Trace { path, what } => InputError::Ctf { path, what },
+        }
+    }
 }
 
 impl InputError {

@@ -1,5 +1,7 @@
-//! The analyzer's inputs: agent trace files (one trace each) and text message files (several
-//! traces each), told apart by their content. Traces get consecutive indices in argument order.
+//! The analyzer's inputs: agent trace files (one trace each), text message files (several
+//! traces each) and LTTng (CTF) trace directories (one trace each; a directory holding several,
+//! as an LTTng session does, gives one input per trace), told apart by their content. Traces get
+//! consecutive indices in argument order.
 
 pub mod error;
 pub mod info;
@@ -23,18 +25,28 @@ pub enum SourceKind {
     },
     /// A trace file written by `tsync-agent`.
     Trace,
+    /// A CTF trace directory (LTTng), read through the same [`tracefile::TraceFile`] layer.
+    Ctf,
 }
 
-/// One input file.
+impl SourceKind {
+    /// Whether the input's events are read as a trace ([`tracefile::TraceFile`]): agent trace
+    /// files and CTF traces.
+    pub fn is_trace(&self) -> bool {
+        matches!(self, SourceKind::Trace | SourceKind::Ctf)
+    }
+}
+
+/// One input file (or CTF trace directory).
 #[derive(Clone, Debug)]
 pub struct Source {
-    /// The file, as given.
+    /// The file as given, or the CTF trace directory (found in the directory given).
     pub path: PathBuf,
     /// Trace file or text message file.
     pub kind: SourceKind,
     /// Index of the file's first trace in the analyzer's trace list.
     pub first_trace: u32,
-    /// File size in bytes (for progress reporting).
+    /// File size in bytes (for progress reporting; a CTF trace's stream files together).
     pub size: u64,
 }
 
@@ -43,11 +55,13 @@ pub struct Source {
 pub struct TraceInfo {
     /// Position of the trace in the analyzer's trace list (argument order).
     pub index: u32,
-    /// Node name from the trace header, or the index for text inputs.
+    /// Node name from the trace header (a CTF trace's `env.hostname`), or the index for text
+    /// inputs.
     pub name: String,
     /// Index of the source file in [`InputSet::sources`].
     pub source: usize,
-    /// The trace file header (trace-file inputs only).
+    /// The trace file header (trace-file and CTF inputs only; made up from the metadata for
+    /// CTF).
     pub header: Option<crate::input::tracefile::TraceHeader>,
 }
 
@@ -93,8 +107,20 @@ pub fn sniff_prefix(prefix: &[u8], name: &dyn std::fmt::Display) -> Result<Sourc
     }
 }
 
-/// Sniffs a file: trace file (magic), text, or neither.
+/// Sniffs a file: trace file (magic), text, or neither; a directory: CTF when it is, or holds,
+/// a CTF trace.
 pub fn sniff(path: &Path) -> Result<SourceKind, InputError> {
+    if path.is_dir() {
+        return if crate::ctf::find_traces(path)?.is_empty() {
+            Err(InputError::Invalid(format!(
+                "{}: a directory without CTF trace (no directory there holds a CTF `metadata` \
+                 file); give trace files, text message files or LTTng trace directories",
+                path.display()
+            )))
+        } else {
+            Ok(SourceKind::Ctf)
+        };
+    }
     let mut f = std::fs::File::open(path).map_err(|e| InputError::io(path, e))?;
     let prefix = read_prefix(&mut f).map_err(|e| InputError::io(path, e))?;
     sniff_prefix(&prefix, &path.display())
@@ -110,6 +136,25 @@ impl InputSet {
         let mut traces: Vec<TraceInfo> = Vec::new();
         for path in paths {
             let path = path.as_ref();
+            if path.is_dir() {
+                for t in crate::ctf::session::traces_of(path)? {
+                    let header = tracefile::TraceFile::open(&t.dir)?.header().clone();
+                    let index = traces.len() as u32;
+                    traces.push(TraceInfo {
+                        index,
+                        name: t.name,
+                        source: sources.len(),
+                        header: Some(header),
+                    });
+                    sources.push(Source {
+                        size: dir_size(&t.dir),
+                        path: t.dir,
+                        kind: SourceKind::Ctf,
+                        first_trace: index,
+                    });
+                }
+                continue;
+            }
             let size = std::fs::metadata(path)
                 .map_err(|e| InputError::io(path, e))?
                 .len();
@@ -133,6 +178,7 @@ impl InputSet {
                     });
                     SourceKind::Trace
                 }
+                SourceKind::Ctf => unreachable!("directories are expanded above"),
                 SourceKind::Text { .. } => {
                     let h = text::read_header(path)?;
                     for i in 0..h.traces {
@@ -171,6 +217,18 @@ impl InputSet {
             .ok()
             .filter(|&i| (i as usize) < self.traces.len())
     }
+}
+
+/// Bytes of the files directly in `dir` (a CTF trace's streams and metadata).
+fn dir_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .filter_map(|e| e.metadata().ok())
+            .filter(|m| m.is_file())
+            .map(|m| m.len())
+            .sum()
+    })
 }
 
 fn dedupe_names(traces: &mut [TraceInfo]) {

@@ -2,6 +2,10 @@
 //! file, hands out its event chunks in place, keeps the clock samples, lost counts and damage
 //! the format reader found, knows each recording's realtime shift, and names the file in every
 //! error ([`InputError`]).
+//!
+//! An LTTng (CTF) trace directory is read through the same layer: its network events come as
+//! the same chunks of [`PacketEvent`]s ([`crate::ctf::CtfTrace`]), its header is made up from
+//! its metadata, and it has no clock samples (LTTng records none).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -11,6 +15,7 @@ use tsync_common::format::{
 };
 use tsync_common::{PacketEvent, direction};
 
+use crate::ctf::CtfTrace;
 use crate::input::error::InputError;
 
 /// The trace file header.
@@ -63,7 +68,11 @@ pub struct ClockRecord {
 /// Reads a trace file's clock samples and kernel clock states in a quick pass that seeks over
 /// the events (a few bytes read per 320 KiB of events), so that event times can be converted
 /// while the events are streamed afterwards. Stops where the file is damaged, as every reader.
+/// A CTF trace has none.
 pub fn read_clock_record(path: &Path) -> Result<ClockRecord, InputError> {
+    if path.is_dir() {
+        return Ok(ClockRecord::default());
+    }
     let file = File::open(path).map_err(|e| InputError::io(path, e))?;
     let mut reader = TraceReader::new(file).map_err(|e| trace_error(path, e))?;
     reader.skip_events();
@@ -79,24 +88,43 @@ pub fn read_clock_record(path: &Path) -> Result<ClockRecord, InputError> {
     })
 }
 
-/// An open trace file.
+/// An open trace: an agent trace file, or an LTTng trace directory.
 ///
-/// Unbuffered: the reader asks for whole chunks (hundreds of KiB), which the kernel copies
-/// straight into the reader's event buffer; a `BufReader` would only add a copy. The events are
-/// used in place ([`TraceFile::events`]).
+/// Agent files are read unbuffered: the reader asks for whole chunks (hundreds of KiB), which
+/// the kernel copies straight into the reader's event buffer; a `BufReader` would only add a
+/// copy. The events are used in place ([`TraceFile::events`]).
 pub struct TraceFile {
     path: PathBuf,
-    reader: TraceReader<File>,
+    source: Backend,
 }
 
+// The agent reader stays in place: the merge asks for its events once per event.
+#[allow(clippy::large_enum_variant)]
+enum Backend {
+    Agent(TraceReader<File>),
+    Ctf(Box<CtfTrace>),
+}
+
+/// What a CTF trace reports where an agent file has lost counts: none (its losses are the
+/// tracer's discarded events, [`TraceFile::discarded`]).
+static NO_LOSS: LostCounts = LostCounts {
+    send: 0,
+    recv: 0,
+    per_cpu: Vec::new(),
+};
+
 impl TraceFile {
-    /// Opens `path` and reads its header.
+    /// Opens `path` and reads its header (a directory: the CTF trace there, metadata compiled).
     pub fn open(path: &Path) -> Result<Self, InputError> {
-        let file = File::open(path).map_err(|e| InputError::io(path, e))?;
-        let reader = TraceReader::new(file).map_err(|e| trace_error(path, e))?;
+        let source = if path.is_dir() {
+            Backend::Ctf(Box::new(CtfTrace::open(path).map_err(InputError::from)?))
+        } else {
+            let file = File::open(path).map_err(|e| InputError::io(path, e))?;
+            Backend::Agent(TraceReader::new(file).map_err(|e| trace_error(path, e))?)
+        };
         Ok(TraceFile {
             path: path.to_path_buf(),
-            reader,
+            source,
         })
     }
 
@@ -105,61 +133,116 @@ impl TraceFile {
         &self.path
     }
 
-    /// The header: node, host, boot, interfaces, agent options.
+    /// The header: node, host, boot, interfaces, agent options (made up from the metadata for
+    /// a CTF trace: [`CtfTrace::header`]).
     pub fn header(&self) -> &TraceHeader {
-        self.reader.header()
+        match &self.source {
+            Backend::Agent(r) => r.header(),
+            Backend::Ctf(t) => t.header(),
+        }
+    }
+
+    /// The CTF trace behind this input, if it is one.
+    pub fn ctf(&self) -> Option<&CtfTrace> {
+        match &self.source {
+            Backend::Ctf(t) => Some(t),
+            Backend::Agent(_) => None,
+        }
     }
 
     /// Reads the next event chunk (None at the end; a chunk may be empty). Metadata chunks met
     /// on the way (clock samples, lost counts, footer) are kept.
     pub fn next_chunk(&mut self) -> Result<Option<&[PacketEvent]>, InputError> {
-        self.reader
-            .next_events()
-            .map_err(|e| trace_error(&self.path, e))
+        match &mut self.source {
+            Backend::Agent(r) => r.next_events().map_err(|e| trace_error(&self.path, e)),
+            Backend::Ctf(t) => Ok(t.next_chunk()),
+        }
     }
 
     /// The events of the chunk read last.
     pub fn events(&self) -> &[PacketEvent] {
-        self.reader.current_events()
+        match &self.source {
+            Backend::Agent(r) => r.current_events(),
+            Backend::Ctf(t) => t.events(),
+        }
     }
 
-    /// The clock samples read so far.
+    /// Bytes of input behind the chunk read last (progress): its events' for a trace file, the
+    /// stream bytes read for it for a CTF trace.
+    pub fn chunk_bytes(&mut self) -> u64 {
+        match &mut self.source {
+            Backend::Agent(r) => r.current_events().len() as u64 * tsync_common::EVENT_SIZE as u64,
+            Backend::Ctf(t) => t.take_consumed(),
+        }
+    }
+
+    /// The clock samples read so far (none in a CTF trace).
     pub fn clock_samples(&self) -> &[ClockSample] {
-        self.reader.clock_samples()
+        match &self.source {
+            Backend::Agent(r) => r.clock_samples(),
+            Backend::Ctf(_) => &[],
+        }
     }
 
-    /// Format version of the file (1 or 2).
+    /// Format version of the file (1 or 2; 0 for a CTF trace).
     pub fn version(&self) -> u32 {
-        self.reader.version()
+        match &self.source {
+            Backend::Agent(r) => r.version(),
+            Backend::Ctf(_) => 0,
+        }
     }
 
     /// Whether the clock samples bracket their raw reading (version 2 on): only then can the
     /// slewing be undone with a bound ([`SlewCorrection`](crate::SlewCorrection)).
     pub fn samples_bracketed(&self) -> bool {
-        self.reader.samples_bracketed()
+        match &self.source {
+            Backend::Agent(r) => r.samples_bracketed(),
+            Backend::Ctf(_) => false,
+        }
     }
 
     /// The kernel's clock-discipline states read so far (version 2 on).
     pub fn kernel_clock(&self) -> &[KernelClock] {
-        self.reader.kernel_clock()
+        match &self.source {
+            Backend::Agent(r) => r.kernel_clock(),
+            Backend::Ctf(_) => &[],
+        }
     }
 
-    /// The kernel's lost-event counts read so far.
+    /// The kernel's lost-event counts read so far (none for a CTF trace: see
+    /// [`discarded`](Self::discarded)).
     pub fn lost(&self) -> &LostCounts {
-        self.reader.lost()
+        match &self.source {
+            Backend::Agent(r) => r.lost(),
+            Backend::Ctf(_) => &NO_LOSS,
+        }
     }
 
-    /// The footer, once read (a file cut short has none).
+    /// Events of every kind the tracer discarded, for a CTF trace (LTTng's packet contexts'
+    /// `events_discarded`); 0 for an agent file.
+    pub fn discarded(&self) -> u64 {
+        self.ctf().map_or(0, CtfTrace::discarded)
+    }
+
+    /// The footer, once read (a file cut short has none; a CTF trace has none).
     pub fn footer(&self) -> Option<&Footer> {
-        self.reader.footer()
+        match &self.source {
+            Backend::Agent(r) => r.footer(),
+            Backend::Ctf(_) => None,
+        }
     }
 
     /// Where and why the file stopped being readable, if it did (the events before are good).
+    /// For a CTF trace: its first damaged stream (each stream stops on its own).
     pub fn damage(&self) -> Option<&Damage> {
-        self.reader.damage()
+        match &self.source {
+            Backend::Agent(r) => r.damage(),
+            Backend::Ctf(t) => t.damages().next(),
+        }
     }
 
-    /// realtime − monotonic at the start of the recording (before its first clock sample), ns.
+    /// realtime − monotonic at the start of the recording (before its first clock sample), ns;
+    /// for a CTF trace its clock's offset from the epoch.
     pub fn start_shift(&self) -> i64 {
         let h = self.header();
         h.start_realtime_ns

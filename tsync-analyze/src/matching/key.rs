@@ -1,7 +1,7 @@
 //! The packet key: the fields of a [`PacketEvent`] record that identify a packet on both of its
 //! ends, as eight words (built, hashed and compared in a handful of word operations).
 
-use tsync_common::{PacketEvent, tcp_flag};
+use tsync_common::{PacketEvent, kind, tcp_flag};
 
 use crate::matching::Seen;
 use crate::matching::live::KeyEq;
@@ -17,7 +17,8 @@ pub(crate) fn key_hash(e: &PacketEvent) -> u64 {
 /// ports, sequence and acknowledgment numbers, IP protocol, header lengths, TCP flags, UDP data and
 /// length — read as eight words, with the TCP flags reduced to ACK, RST, SYN and FIN (PSH/URG may
 /// differ between what is sent and what arrives after offloads, and the digest of the reference
-/// never held them) and the kind stored in the record's reserved bytes. Building, hashing and
+/// never held them; LTTng's add-on digests, [`kind::TCP_ADDON`], keep them all) and the kind
+/// stored in the record's reserved bytes. Building, hashing and
 /// comparing a key is then a handful of word operations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(super) struct Key([u64; 8]);
@@ -43,7 +44,14 @@ impl Key {
             let o = KEY_START + 8 * i;
             *x = u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
         }
-        w[6] &= FLAGS_MASK;
+        // LTTng's add-on events carry no lengths: their PSH flag is what tells a data segment
+        // from the pure ACK before it with the same numbers, and no offload sits between their
+        // socket-level hooks, so they keep every flag (Trace Compass's key).
+        w[6] &= if e.kind == kind::TCP_ADDON {
+            u64::MAX
+        } else {
+            FLAGS_MASK
+        };
         w[7] = (w[7] & RESERVED_MASK) | u64::from(e.kind) << 48;
         Key(w)
     }

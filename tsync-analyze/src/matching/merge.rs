@@ -73,11 +73,8 @@ impl InputSet {
                 stats.same_trace += t.same_trace;
             }
         }
-        let trace_sources: Vec<&Source> = self
-            .sources
-            .iter()
-            .filter(|s| s.kind == SourceKind::Trace)
-            .collect();
+        let trace_sources: Vec<&Source> =
+            self.sources.iter().filter(|s| s.kind.is_trace()).collect();
         if !trace_sources.is_empty() {
             let s = match_files(&trace_sources, options, sink, progress)?;
             stats.add(&s);
@@ -297,7 +294,8 @@ pub fn match_files<S: MessageSink + ?Sized>(
         loop {
             let events = st.file.events();
             if st.pos == events.len() {
-                progress(events.len() as u64 * tsync_common::EVENT_SIZE as u64);
+                progress(st.file.chunk_bytes());
+                let events = st.file.events();
                 // The span ends with the last event of the last chunk (per chunk, not per event:
                 // this loop is the hot path).
                 if let Some(last) = events.last().map(|e| st.aligned(e))
@@ -347,6 +345,14 @@ pub fn match_files<S: MessageSink + ?Sized>(
         if let Some(d) = st.file.damage() {
             stats.warnings.push(format!(
                 "{name}: damaged or cut short: {d}; the events before were used"
+            ));
+        }
+        let discarded = st.file.discarded();
+        if discarded > 0 {
+            stats.warnings.push(format!(
+                "{name}: the tracer discarded {discarded} events of all kinds while recording \
+                 (ring buffer full; LTTng's packet contexts count them): packets whose events \
+                 were among them are unmatched"
             ));
         }
         let lost = st.file.lost().kernel();

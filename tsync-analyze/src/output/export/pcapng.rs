@@ -138,7 +138,7 @@ pub fn rebuild_packet(e: &PacketEvent) -> RebuiltPacket {
     };
     let captured_after_ip = transport.len();
     let min_total = ip_header_len + captured_after_ip;
-    let total = if e.transport_protocol == IPPROTO_UDP && !e.is_tcp() {
+    let total = if e.transport_protocol == IPPROTO_UDP && !tcp(e) {
         ip_header_len + usize::from(e.udp_len.max(8))
     } else {
         usize::from(e.tot_len)
@@ -152,7 +152,7 @@ pub fn rebuild_packet(e: &PacketEvent) -> RebuiltPacket {
         bytes.extend_from_slice(&ipv4_header(e, ip_header_len, total));
     }
     let mut transport = transport;
-    let checksum_at = if e.is_tcp() { 16 } else { 6 };
+    let checksum_at = if tcp(e) { 16 } else { 6 };
     let sum = transport_checksum(e, is_v6, &transport);
     transport[checksum_at..checksum_at + 2].copy_from_slice(&sum.to_be_bytes());
     bytes.extend_from_slice(&transport);
@@ -189,13 +189,19 @@ fn ipv6_header(e: &PacketEvent, payload_len: usize) -> [u8; 40] {
 }
 
 fn protocol(e: &PacketEvent) -> u8 {
-    if e.is_tcp() { IPPROTO_TCP } else { IPPROTO_UDP }
+    if tcp(e) { IPPROTO_TCP } else { IPPROTO_UDP }
+}
+
+/// Whether the digest is of a TCP segment: LTTng's add-on events too (their addresses and ports,
+/// which they do not record, are written as zeros).
+fn tcp(e: &PacketEvent) -> bool {
+    e.is_tcp() || e.kind == kind::TCP_ADDON
 }
 
 /// The TCP header (zeroed options up to the recorded data offset) or the UDP header plus the
 /// recorded first payload bytes; checksum field zero.
 fn transport_header(e: &PacketEvent) -> Vec<u8> {
-    if e.is_tcp() {
+    if tcp(e) {
         let len = 4 * usize::from(e.doff.clamp(5, 15));
         let mut h = vec![0u8; len];
         h[0..2].copy_from_slice(&e.source.to_be_bytes());

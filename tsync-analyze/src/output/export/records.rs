@@ -115,6 +115,7 @@ fn kind_name(k: u8) -> &'static str {
         kind::TCP4 => "tcp4",
         kind::TCP6 => "tcp6",
         kind::UDP4 => "udp4",
+        kind::TCP_ADDON => "tcp_addon",
         _ => "unknown",
     }
 }
