@@ -10,9 +10,9 @@ use tsync_analyze::ctf::metadata::Metadata;
 use tsync_analyze::ctf::metadata::TraceClass;
 use tsync_analyze::ctf::metadata::types::Type;
 use tsync_analyze::ctf::writer::KernelTrace;
-use tsync_sim::{Delay, DelayTail, LinearClock as Clock, Workload};
 use tsync_analyze::{InputSet, Quality, SyncOptions, TraceFile, sync};
 use tsync_common::{ETH_P_IPV6, PacketEvent, kind};
+use tsync_sim::{Delay, DelayTail, LinearClock as Clock, Workload};
 
 /// `shared/external/REL`, found by walking up from this crate; None (and a loud message) when
 /// no `shared/external` directory is there.

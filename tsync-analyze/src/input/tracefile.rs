@@ -111,6 +111,7 @@ static NO_LOSS: LostCounts = LostCounts {
     send: 0,
     recv: 0,
     per_cpu: Vec::new(),
+    disk: 0,
 };
 
 impl TraceFile {
