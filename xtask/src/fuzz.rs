@@ -14,11 +14,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
 use tsync_sim::corpus::Seeds;
-
-/// The fuzz targets (`fuzz/fuzz_targets/NAME.rs`): the simulator's corpus seeds the first three,
-/// [`crate::fuzz_ctf`] the CTF reader's (it writes LTTng-shaped traces with the analyzer's CTF
-/// writer, which tsync-sim does not depend on).
-pub const TARGETS: &[&str] = &["trace_reader", "text_parser", "sync_pipeline", "ctf_reader"];
+pub use tsync_sim::corpus::TARGETS;
 
 use crate::setup::run;
 
@@ -285,19 +281,9 @@ fn seed_corpora(root: &Path, targets: &[&str]) -> Result<()> {
         let dir = corpus_dir(root, target);
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
-        let ctf;
-        let list = if target == "ctf_reader" {
-            let scratch =
-                std::env::temp_dir().join(format!("tsync-fuzz-ctf-{}", std::process::id()));
-            let made = crate::fuzz_ctf::seeds(root, &scratch);
-            let _ = std::fs::remove_dir_all(&scratch);
-            ctf = made?;
-            &ctf[..]
-        } else {
-            seeds
-                .of(target)
-                .with_context(|| format!("no seeds for fuzz target {target}"))?
-        };
+        let list = seeds
+            .of(target)
+            .with_context(|| format!("no seeds for fuzz target {target}"))?;
         for (name, bytes) in list {
             let path = dir.join(format!("seed-{name}"));
             std::fs::write(&path, bytes)

@@ -11,7 +11,6 @@ mod demo;
 mod dist;
 mod ebpf;
 mod fuzz;
-mod fuzz_ctf;
 mod lab;
 mod setup;
 mod simulate;

@@ -11,6 +11,7 @@
 
 pub mod analyze;
 pub mod apply;
+pub mod merge;
 pub mod mesh;
 
 use std::ffi::OsString;

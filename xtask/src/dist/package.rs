@@ -321,8 +321,8 @@ fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<()> {
     fs::rename(&tmp, path).with_context(|| format!("cannot rename to {}", path.display()))
 }
 
-/// Every agent embeds the same eBPF programs: they are built once per agent for `bpfel`, and
-/// nothing in them may depend on the agent's architecture (see [`super::ebpf`]).
+/// Every agent embeds the same eBPF object, byte for byte: the one `cargo xtask build-ebpf`
+/// built for `bpfel` (see [`super::ebpf`]).
 pub fn check_same_ebpf_object(built: &[Built]) -> Result<()> {
     let mut objects = Vec::new();
     for b in built {
@@ -348,10 +348,9 @@ pub fn check_same_ebpf_object(built: &[Built]) -> Result<()> {
             );
             continue;
         }
-        let verdict = super::ebpf::compare((first.0, &first.1), (other.0, &other.1))?;
         bail!(
-            "the {} and {} agents embed different eBPF objects ({verdict}): both must embed the \
-             one `cargo xtask build-ebpf` built",
+            "the {} and {} agents embed different eBPF objects: both must embed the one \
+             `cargo xtask build-ebpf` built",
             first.0,
             other.0
         );

@@ -1,5 +1,6 @@
 //! Seeds of the `ctf_reader` fuzz target (`fuzz/fuzz_targets/ctf_reader.rs`): a little-endian
-//! `u32` metadata length, the metadata, then two streams of equal length.
+//! `u32` metadata length, the metadata, then two streams of equal length. They are written with
+//! the analyzer's CTF writer, hence behind the `check` feature (which depends on the analyzer).
 
 use std::path::Path;
 
@@ -30,7 +31,7 @@ fn read(path: &Path) -> Result<Vec<u8>> {
 /// Seeds: LTTng-UST's Python trace of the tests, a small LTTng 2.10-shaped kernel trace (TCP
 /// over IPv4, scheduler and syscall events), each with packetized and plain-text metadata, and
 /// the start of Trace Compass's LTTng 2.1 add-on trace when `shared/external` is there.
-pub fn seeds(root: &Path, scratch: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+pub fn seeds(root: &Path, scratch: &Path) -> Result<Vec<super::Seed>> {
     let mut seeds = Vec::new();
     let ust = root.join("tsync-analyze/tests/data/ctf-python/ust/uid/65534/64-bit");
     let (meta, a, b) = (

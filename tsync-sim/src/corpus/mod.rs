@@ -1,7 +1,8 @@
 //! The fuzz targets' seed inputs (`cargo xtask fuzz` writes them into each target's corpus):
 //! small simulated traces, the same events rewritten with other clock samples and lost-event
 //! counters, cut, as chunk lists and as format version 1 wrote them; the LTTV text cases and the
-//! simulated messages as text; and for `sync_pipeline`, pairs of them in its input layout.
+//! simulated messages as text; for `sync_pipeline`, pairs of them in its input layout; and for
+//! `ctf_reader`, LTTng traces ([`ctf`], with the `check` feature).
 //!
 //! The layouts here follow `fuzz/src/lib.rs` (`SyncInput`, `build_trace`); change both together.
 
@@ -14,8 +15,11 @@ use tsync_common::format::{
 
 use crate::{Format, SimConfig, simulate};
 
+#[cfg(feature = "check")]
+mod ctf;
+
 /// The fuzz targets (`fuzz/fuzz_targets/NAME.rs`).
-pub const TARGETS: &[&str] = &["trace_reader", "text_parser", "sync_pipeline"];
+pub const TARGETS: &[&str] = &["trace_reader", "text_parser", "sync_pipeline", "ctf_reader"];
 /// The largest seed: bigger files are cut (a cut trace file is a valid input too).
 const MAX_SEED_BYTES: usize = 32 << 10;
 /// Options of `sync_pipeline`'s input (first byte; `fuzz/src/lib.rs`).
@@ -35,6 +39,8 @@ pub struct Seeds {
     pub text_parser: Vec<Seed>,
     /// For `sync_pipeline`: pairs of inputs with options.
     pub sync_pipeline: Vec<Seed>,
+    /// For `ctf_reader`: CTF traces in its input layout (with the `check` feature, empty without).
+    pub ctf_reader: Vec<Seed>,
 }
 
 impl Seeds {
@@ -44,6 +50,7 @@ impl Seeds {
             "trace_reader" => Some(&self.trace_reader),
             "text_parser" => Some(&self.text_parser),
             "sync_pipeline" => Some(&self.sync_pipeline),
+            "ctf_reader" if cfg!(feature = "check") => Some(&self.ctf_reader),
             _ => None,
         }
     }
@@ -164,10 +171,15 @@ impl Seeds {
         if let [(_, a), (_, b), ..] = &texts[..] {
             sync_pipeline.push(("two-texts".into(), encode(0, a, b)));
         }
+        #[cfg(feature = "check")]
+        let ctf_reader = ctf::seeds(root, scratch)?;
+        #[cfg(not(feature = "check"))]
+        let ctf_reader = Vec::new();
         Ok(Seeds {
             trace_reader,
             text_parser: texts,
             sync_pipeline,
+            ctf_reader,
         })
     }
 }
