@@ -61,8 +61,9 @@ pub struct ClockRecord {
 }
 
 /// Reads a trace file's clock samples and kernel clock states in a quick pass that seeks over
-/// the events (a few bytes read per 320 KiB of events), so that event times can be converted
-/// while the events are streamed afterwards. Stops where the file is damaged, as every reader.
+/// the events (a few bytes read per chunk of up to 4096 events, without decompressing them), so
+/// that event times can be converted while the events are streamed afterwards. Stops where the
+/// file is damaged, as every reader.
 pub fn read_clock_record(path: &Path) -> Result<ClockRecord, InputError> {
     let file = File::open(path).map_err(|e| InputError::io(path, e))?;
     let mut reader = TraceReader::new(file).map_err(|e| trace_error(path, e))?;
@@ -81,9 +82,10 @@ pub fn read_clock_record(path: &Path) -> Result<ClockRecord, InputError> {
 
 /// An open trace file.
 ///
-/// Unbuffered: the reader asks for whole chunks (hundreds of KiB), which the kernel copies
-/// straight into the reader's event buffer; a `BufReader` would only add a copy. The events are
-/// used in place ([`TraceFile::events`]).
+/// Unbuffered: the reader asks for whole chunks (hundreds of KiB in versions 1 and 2), which the
+/// kernel copies straight into the reader's event buffer; a `BufReader` would only add a copy.
+/// Version 3's compressed chunks (tens of KiB) are read whole too, then decoded into that buffer.
+/// The events are used in place ([`TraceFile::events`]).
 pub struct TraceFile {
     path: PathBuf,
     reader: TraceReader<File>,
@@ -128,7 +130,7 @@ impl TraceFile {
         self.reader.clock_samples()
     }
 
-    /// Format version of the file (1 or 2).
+    /// Format version of the file (1 to 3).
     pub fn version(&self) -> u32 {
         self.reader.version()
     }
