@@ -570,7 +570,8 @@ fn full_disk_is_reported_and_the_file_stays_readable() {
     let link = link();
     let file = fs.0.path().join("full.trace");
     let mut agent = start(Some(&link.ns[0]), &file, &[]);
-    // Far more than 64 KiB of events: 4000 datagrams make 4000 send + 4000 receive events.
+    // Far more than 64 KiB of events, even compressed (format version 3 stores these at a few
+    // bytes each): 40000 datagrams make 40000 send + 40000 receive events.
     // A few first (they fit and get flushed), then far more than 64 KiB of events.
     let dst: SocketAddr = format!("{}:5559", V4[0]).parse().unwrap();
     let send = move |n: u32| {
@@ -583,7 +584,7 @@ fn full_disk_is_reported_and_the_file_stays_readable() {
     };
     link.ns[1].run_in(send(100));
     thread::sleep(Duration::from_millis(1200));
-    link.ns[1].run_in(send(4000));
+    link.ns[1].run_in(send(40_000));
     // The agent notices at its next flush (at most every 0.5 s) and exits on its own.
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {

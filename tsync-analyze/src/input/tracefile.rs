@@ -66,9 +66,9 @@ pub struct ClockRecord {
 }
 
 /// Reads a trace file's clock samples and kernel clock states in a quick pass that seeks over
-/// the events (a few bytes read per 320 KiB of events), so that event times can be converted
-/// while the events are streamed afterwards. Stops where the file is damaged, as every reader.
-/// A CTF trace has none.
+/// the events (a few bytes read per chunk of up to 4096 events, without decompressing them), so
+/// that event times can be converted while the events are streamed afterwards. Stops where the
+/// file is damaged, as every reader. A CTF trace has none.
 pub fn read_clock_record(path: &Path) -> Result<ClockRecord, InputError> {
     if path.is_dir() {
         return Ok(ClockRecord::default());
@@ -90,9 +90,10 @@ pub fn read_clock_record(path: &Path) -> Result<ClockRecord, InputError> {
 
 /// An open trace: an agent trace file, or an LTTng trace directory.
 ///
-/// Agent files are read unbuffered: the reader asks for whole chunks (hundreds of KiB), which
-/// the kernel copies straight into the reader's event buffer; a `BufReader` would only add a
-/// copy. The events are used in place ([`TraceFile::events`]).
+/// An agent file is read unbuffered: the reader asks for whole chunks (hundreds of KiB in versions 1 and 2), which the
+/// kernel copies straight into the reader's event buffer; a `BufReader` would only add a copy.
+/// Version 3's compressed chunks (tens of KiB) are read whole too, then decoded into that buffer.
+/// The events are used in place ([`TraceFile::events`]).
 pub struct TraceFile {
     path: PathBuf,
     source: Backend,
@@ -185,7 +186,7 @@ impl TraceFile {
         }
     }
 
-    /// Format version of the file (1 or 2; 0 for a CTF trace).
+    /// Format version of the file (1 to 3).
     pub fn version(&self) -> u32 {
         match &self.source {
             Backend::Agent(r) => r.version(),
