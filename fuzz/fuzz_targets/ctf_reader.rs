@@ -9,9 +9,10 @@
 //! metadata, then the streams: the first half of the rest and the second (so that one stream
 //! can be damaged while the other reads on).
 //!
-//! Also checked: chunks are never empty, digests come in time order, there are no more of them
-//! than events read, damage lies inside its stream, and every clock block's range starts with
-//! `clock` and ends with `;`.
+//! Also checked: chunks are never empty, there are no more digests than events read and they
+//! add up by direction, damage lies inside its stream, and every clock block's range starts
+//! with `clock` and ends with its `;` (or `}`). (Digests need not come in time order: a
+//! corrupt stream's timestamps can go back; the merge counts such events.)
 #![no_main]
 
 use std::io::Cursor;
@@ -32,7 +33,11 @@ fuzz_target!(|data: &[u8]| {
     {
         for c in clocks {
             let block = &m.text[c.range.0..c.range.1];
-            assert!(block.starts_with("clock") && block.ends_with(';'), "{block:?}");
+            // (A block the text ends without its `;` ends at its `}`.)
+            assert!(
+                block.starts_with("clock") && (block.ends_with(';') || block.ends_with('}')),
+                "{block:?}"
+            );
         }
     }
     let half = streams.len() / 2;
@@ -45,13 +50,8 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let mut digests = 0u64;
-    let mut last = 0u64;
     while let Some(chunk) = trace.next_chunk() {
         assert!(!chunk.is_empty());
-        for e in chunk {
-            assert!(e.ts_ns >= last, "digests out of time order");
-            last = e.ts_ns;
-        }
         digests += chunk.len() as u64;
     }
     let events: u64 = trace.stream_stats().map(|(_, s)| s.events).sum();

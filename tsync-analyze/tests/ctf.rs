@@ -672,3 +672,47 @@ fn babeltrace2_reads_the_written_traces_field_for_field() {
         assert_eq!(*ours, bt, "analyzer vs babeltrace2");
     }
 }
+
+/// A trace cut short (a crash) keeps the events before the cut, says where it stopped, and
+/// `sync` warns; metadata that is not CTF is refused with the file named.
+#[test]
+fn a_cut_trace_keeps_what_came_before_and_bad_metadata_is_named() {
+    let mut events = Vec::new();
+    for n in 0..400u32 {
+        events.push(segment(1_000_000 + u64::from(n) * 50_000, n, kind::TCP4));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    writer(1, 3).write(dir.path(), &events).unwrap();
+    let stream = dir.path().join("channel0_0");
+    let len = std::fs::metadata(&stream).unwrap().len();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&stream)
+        .unwrap();
+    f.set_len(len - 4096 - 1000).unwrap(); // the last packet gone, the one before cut
+    drop(f);
+    let mut file = TraceFile::open(dir.path()).unwrap();
+    let mut read = 0;
+    while let Some(chunk) = file.next_chunk().unwrap() {
+        read += chunk.len();
+    }
+    let damage = file.damage().expect("the cut is reported").to_string();
+    assert!(damage.contains("cut short"), "{damage}");
+    assert!(read > 200 && read < 400, "{read} events before the cut");
+    let doc = json(&["info", "--json", dir.path().to_str().unwrap()]);
+    assert_eq!(doc[0]["complete"], false);
+    assert!(
+        doc[0]["streams"][0]["damage"]
+            .as_str()
+            .unwrap()
+            .contains("channel0_0")
+    );
+
+    std::fs::write(
+        dir.path().join("metadata"),
+        "/* CTF 1.8 */ trace { byte_order = le; ",
+    )
+    .unwrap();
+    let e = InputSet::open(&[dir.path()]).err().unwrap().to_string();
+    assert!(e.contains("metadata") && e.contains("not closed"), "{e}");
+}

@@ -186,11 +186,19 @@ impl CommonTimebase {
                     realtime[k] = Some(c);
                 }
                 None => {
-                    no_realtime[k] = Some(format!(
-                        "the trace file {} of {} holds no clock sample",
-                        source.path.display(),
-                        t.name
-                    ))
+                    no_realtime[k] = Some(if source.kind == crate::input::SourceKind::Ctf {
+                        format!(
+                            "the LTTng trace {} of {} records no clock samples",
+                            source.path.display(),
+                            t.name
+                        )
+                    } else {
+                        format!(
+                            "the trace file {} of {} holds no clock sample",
+                            source.path.display(),
+                            t.name
+                        )
+                    })
                 }
             }
         }

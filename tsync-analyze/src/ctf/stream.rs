@@ -262,8 +262,8 @@ impl<R: Read> StreamReader<R> {
         let (fields, stream, header_end) = loop {
             match self.header(program) {
                 Ok(found) => break found,
-                Err(e) if !self.eof && want < MAX_PREFIX => {
-                    let _ = e;
+                // Not all of the header and context buffered yet: read more.
+                Err(_) if !self.eof && want < MAX_PREFIX => {
                     want *= 4;
                     self.fill(want).map_err(io)?;
                 }
@@ -379,7 +379,13 @@ impl<R: Read> StreamReader<R> {
                 Ok(None) => {}
                 Err(e) => {
                     let at = self.pos / 8;
-                    self.stop(format!("event at byte {at} of the packet: {e}"));
+                    // In a packet the file cuts short, the event the cut splits is no error of
+                    // its own: the cut is.
+                    let why = match self.packet.as_ref().and_then(|p| p.cut.clone()) {
+                        Some(cut) => format!("{cut}; its events before byte {at} were read"),
+                        None => format!("event at byte {at} of the packet: {e}"),
+                    };
+                    self.stop(why);
                     return None;
                 }
             }

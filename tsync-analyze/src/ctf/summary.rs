@@ -134,13 +134,10 @@ pub fn inspect(dir: &Path) -> Result<CtfSummary, CtfError> {
             damage: None,
         });
     }
-    let damages: Vec<String> = t.damages().map(|d| d.to_string()).collect();
-    for (s, d) in streams.iter_mut().zip(t.stream_stats()) {
-        s.damage = damages
-            .iter()
-            .find(|m| m.starts_with(&format!("{}:", d.0)))
-            .cloned();
+    for (s, d) in streams.iter_mut().zip(t.stream_damages()) {
+        s.damage = d.map(|d| d.to_string());
     }
+    let complete = streams.iter().all(|s| s.damage.is_none());
     let mut network_classes = Vec::new();
     for (k, e) in class.events.iter().enumerate() {
         if class_counts[k] > 0 {
@@ -191,7 +188,7 @@ pub fn inspect(dir: &Path) -> Result<CtfSummary, CtfError> {
         devices: t.devices(),
         events_discarded: t.discarded(),
         lost_packets: t.lost_packets(),
-        complete: damages.is_empty(),
+        complete,
         streams,
     })
 }

@@ -209,6 +209,11 @@ impl<R: Read> CtfTrace<R> {
         self.streams.iter().map(|s| (s.name(), s.stats()))
     }
 
+    /// Per stream file: where and why it stopped being readable, if it did.
+    pub fn stream_damages(&self) -> impl Iterator<Item = Option<&Damage>> {
+        self.streams.iter().map(|s| s.damage())
+    }
+
     /// Every stream's damage, in file order.
     pub fn damages(&self) -> impl Iterator<Item = &Damage> {
         self.streams.iter().filter_map(|s| s.damage())

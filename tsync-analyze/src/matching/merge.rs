@@ -347,6 +347,13 @@ pub fn match_files<S: MessageSink + ?Sized>(
                 "{name}: damaged or cut short: {d}; the events before were used"
             ));
         }
+        let lost_packets = st.file.ctf().map_or(0, |t| t.lost_packets());
+        if lost_packets > 0 {
+            stats.warnings.push(format!(
+                "{name}: {lost_packets} packets of the trace are missing (gaps in LTTng's \
+                 packet_seq_num): their events were never read, and their packets are unmatched"
+            ));
+        }
         let discarded = st.file.discarded();
         if discarded > 0 {
             stats.warnings.push(format!(
