@@ -279,17 +279,17 @@ impl<W: Write> ChromeSink<W> {
 }
 
 impl<W: Write> Sink<Map<String, Value>> for ChromeSink<W> {
-    fn record(&mut self, mut event: Map<String, Value>, order: Order) -> Result<(), MergeError> {
+    fn record(&mut self, event: &mut Map<String, Value>, order: Order) -> Result<(), MergeError> {
         if let Value::Object(args) = event
             .entry("args")
             .or_insert_with(|| Value::Object(Map::new()))
         {
             args.insert(ORDER_FIELD.into(), Value::from(order.as_str()));
         }
-        self.event(&event)
+        self.event(event)
     }
 
-    fn untimed(&mut self, event: Map<String, Value>) -> Result<(), MergeError> {
-        self.event(&event)
+    fn untimed(&mut self, event: &mut Map<String, Value>) -> Result<(), MergeError> {
+        self.event(event)
     }
 }

@@ -158,12 +158,12 @@ impl<W: Write> CsvSink<W> {
 }
 
 impl<W: Write> Sink<csv::ByteRecord> for CsvSink<W> {
-    fn record(&mut self, mut row: csv::ByteRecord, order: Order) -> Result<(), MergeError> {
+    fn record(&mut self, row: &mut csv::ByteRecord, order: Order) -> Result<(), MergeError> {
         row.push_field(order.as_str().as_bytes());
-        self.writer.write_byte_record(&row).map_err(write_error)
+        self.writer.write_byte_record(row).map_err(write_error)
     }
 
-    fn untimed(&mut self, row: csv::ByteRecord) -> Result<(), MergeError> {
-        self.writer.write_byte_record(&row).map_err(write_error)
+    fn untimed(&mut self, row: &mut csv::ByteRecord) -> Result<(), MergeError> {
+        self.writer.write_byte_record(row).map_err(write_error)
     }
 }

@@ -21,6 +21,8 @@ pub struct JsonlSource<R> {
     field: String,
     names: [Vec<u8>; 4],
     line: u64,
+    /// Buffers of lines written already, to read the next lines into.
+    free: Vec<Vec<u8>>,
 }
 
 impl<R: BufRead> JsonlSource<R> {
@@ -38,6 +40,7 @@ impl<R: BufRead> JsonlSource<R> {
                 ORDER_FIELD.as_bytes().to_vec(),
             ],
             line: 0,
+            free: Vec::new(),
         }
     }
 
@@ -64,8 +67,9 @@ impl<R: BufRead> Source for JsonlSource<R> {
     type Item = Line;
 
     fn next(&mut self) -> Result<Next<Line>, MergeError> {
+        let mut bytes = self.free.pop().unwrap_or_else(|| Vec::with_capacity(256));
         loop {
-            let mut bytes = Vec::with_capacity(256);
+            bytes.clear();
             if !read_line(&mut self.input, &mut bytes)
                 .map_err(|e| MergeError::io(format!("cannot read {}", self.name), e))?
             {
@@ -116,6 +120,13 @@ impl<R: BufRead> Source for JsonlSource<R> {
     fn name(&self) -> &str {
         &self.name
     }
+
+    fn recycle(&mut self, line: Line) {
+        // As many as a reorder window and the batches in flight hold, at most.
+        if self.free.len() < 1 << 14 {
+            self.free.push(line.bytes);
+        }
+    }
 }
 
 /// Writes the lines, each with its verdict and a line break.
@@ -157,7 +168,7 @@ impl<W: Write> JsonlSink<W> {
 }
 
 impl<W: Write> Sink<Line> for JsonlSink<W> {
-    fn record(&mut self, line: Line, order: Order) -> Result<(), MergeError> {
+    fn record(&mut self, line: &mut Line, order: Order) -> Result<(), MergeError> {
         // The object has the time field at least, so the verdict follows a member.
         let member = &self.members[order as usize];
         let b = &line.bytes;
@@ -171,7 +182,7 @@ impl<W: Write> Sink<Line> for JsonlSink<W> {
         w(&mut self.out, b"\n")
     }
 
-    fn untimed(&mut self, line: Line) -> Result<(), MergeError> {
+    fn untimed(&mut self, line: &mut Line) -> Result<(), MergeError> {
         self.out
             .write_all(&line.bytes)
             .and_then(|()| self.out.write_all(b"\n"))

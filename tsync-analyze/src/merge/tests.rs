@@ -38,11 +38,15 @@ impl Source for Mem {
 struct Out(Written);
 
 impl Sink<(usize, u64)> for Out {
-    fn record(&mut self, (lane, line): (usize, u64), order: Order) -> Result<(), MergeError> {
+    fn record(
+        &mut self,
+        &mut (lane, line): &mut (usize, u64),
+        order: Order,
+    ) -> Result<(), MergeError> {
         self.0.push((lane, line, Some(order)));
         Ok(())
     }
-    fn untimed(&mut self, (lane, line): (usize, u64)) -> Result<(), MergeError> {
+    fn untimed(&mut self, &mut (lane, line): &mut (usize, u64)) -> Result<(), MergeError> {
         self.0.push((lane, line, None));
         Ok(())
     }

@@ -5,7 +5,7 @@
 //! writes. Batches keep the channel's cost per record small; the channel's bound keeps memory
 //! at a few batches per file whatever the files' length.
 
-use std::sync::mpsc::{Receiver, sync_channel};
+use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
 
 use super::{MergeError, Next, Source};
 
@@ -21,6 +21,9 @@ pub struct Threaded<T> {
     rx: Receiver<Batch<T>>,
     batch: std::vec::IntoIter<Result<Next<T>, MergeError>>,
     name: String,
+    /// Written records on their way back to the thread (their memory is reused there).
+    written: Vec<T>,
+    back: Sender<Vec<T>>,
 }
 
 impl<T: Send + 'static> Threaded<T> {
@@ -28,10 +31,14 @@ impl<T: Send + 'static> Threaded<T> {
     pub fn spawn<S: Source<Item = T> + Send + 'static>(mut source: S) -> Result<Self, MergeError> {
         let name = source.name().to_string();
         let (tx, rx) = sync_channel::<Batch<T>>(IN_FLIGHT);
+        let (back, returned) = channel::<Vec<T>>();
         std::thread::Builder::new()
             .name(format!("merge {name}"))
             .spawn(move || {
                 loop {
+                    while let Ok(items) = returned.try_recv() {
+                        items.into_iter().for_each(|i| source.recycle(i));
+                    }
                     let mut batch = Vec::with_capacity(BATCH);
                     let mut last = false;
                     while batch.len() < BATCH && !last {
@@ -50,6 +57,8 @@ impl<T: Send + 'static> Threaded<T> {
             rx,
             batch: Vec::new().into_iter(),
             name,
+            written: Vec::with_capacity(BATCH),
+            back,
         })
     }
 }
@@ -72,5 +81,14 @@ impl<T> Source for Threaded<T> {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn recycle(&mut self, item: T) {
+        self.written.push(item);
+        if self.written.len() >= BATCH {
+            let full = std::mem::replace(&mut self.written, Vec::with_capacity(BATCH));
+            // The thread may be done: then the records are simply freed.
+            let _ = self.back.send(full);
+        }
     }
 }
