@@ -144,6 +144,33 @@ fn tcp_exchange(link: &VethPair, server: SocketAddr, request: usize, response: u
     });
 }
 
+/// The TCP segments namespace `ns` has retransmitted since it was created (`RetransSegs` of its
+/// own `/proc/net/snmp`: the counters are per network namespace).
+fn tcp_retransmissions(ns: &Netns) -> u64 {
+    let out = ns
+        .command("cat")
+        .arg("/proc/net/snmp")
+        .output()
+        .expect("cat /proc/net/snmp");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let (names, values) = (
+        tcp.next().expect("Tcp header"),
+        tcp.next().expect("Tcp values"),
+    );
+    let column = names
+        .split_whitespace()
+        .position(|n| n == "RetransSegs")
+        .expect("RetransSegs column");
+    values
+        .split_whitespace()
+        .nth(column)
+        .expect("RetransSegs value")
+        .parse()
+        .unwrap()
+}
+
 /// Asserts that a packet matching `pick` was sent in `from` and received with the same digest in
 /// `to`; returns the digest.
 fn assert_crossed(what: &str, from: &Trace, to: &Trace, pick: impl Fn(&PacketEvent) -> bool) {
@@ -411,9 +438,11 @@ fn segments_cut_differently_by_offloads_are_paired_by_sequence_range() {
         tcp_exchange(&link, server, 200_000, 100_000);
     }
     thread::sleep(Duration::from_millis(200));
-    for agent in [agent_a, agent_b] {
-        stop(agent);
-    }
+    let lost: u64 = [agent_a, agent_b]
+        .into_iter()
+        .map(|agent| stop(agent).summary().map_or(0, |(_, lost)| lost))
+        .sum();
+    let retransmitted: u64 = link.ns.iter().map(tcp_retransmissions).sum();
     let a = read_trace(&files[0]);
     let b = read_trace(&files[1]);
     let large = |t: &Trace, dir| {
@@ -433,11 +462,25 @@ fn segments_cut_differently_by_offloads_are_paired_by_sequence_range() {
     let m = &r.matching;
     assert!(digest.unmatched * 5 > digest.events, "{digest:?}");
     assert!(m.range_matched > 0, "{m:?}");
+    // Without loss, every segment pairs. A segment the veth dropped (its backlog overflows when
+    // the receiving namespace's softirq falls behind, as on a loaded CI host) is sent again: its
+    // bytes are then covered twice, and the few events covering them cannot be paired (see
+    // `matching::ranges`); an event the agent lost leaves its partner alone.
+    let allowance = m.events / 100 + 20 * retransmitted + 2 * lost;
     assert!(
-        m.unmatched * 100 <= m.events,
-        "at most 1 % left unmatched: {m:?}"
+        m.unmatched <= allowance,
+        "at most 1 % left unmatched, plus what {retransmitted} retransmitted segments and \
+         {lost} lost events explain: {m:?}"
     );
-    assert!(!r.warnings.iter().any(|w| w.contains("offloads")), "{r:?}");
+    // The offload warning names retransmissions as the other cause of unpaired super-packets:
+    // only a loss-free run must stay silent.
+    if retransmitted == 0 {
+        assert!(
+            !r.warnings.iter().any(|w| w.contains("offloads")),
+            "{:?}",
+            r.warnings
+        );
+    }
     assert_eq!(
         r.pairs[0].quality,
         tsync_analyze::Quality::Accurate,
