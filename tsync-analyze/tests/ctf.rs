@@ -716,3 +716,39 @@ fn a_cut_trace_keeps_what_came_before_and_bad_metadata_is_named() {
     let e = InputSet::open(&[dir.path()]).err().unwrap().to_string();
     assert!(e.contains("metadata") && e.contains("not closed"), "{e}");
 }
+
+/// What LTTng says it lost is reported: the tracer's running count of discarded events (its
+/// last packet's) and the packets missing from `packet_seq_num`; `sync` warns of both.
+#[test]
+fn discarded_events_and_missing_packets_are_reported() {
+    let mut events = Vec::new();
+    for n in 0..300u32 {
+        events.push(segment(1_000_000 + u64::from(n) * 50_000, n, kind::TCP4));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let written = writer(1, 3).write(&dir.path().join("a"), &events).unwrap();
+    writer(1, 0)
+        .write(&dir.path().join("b"), &events[..1])
+        .unwrap();
+    assert!(written.packets >= 4, "{written:?}");
+    // The packet context: after the 32-byte header, timestamp_begin, timestamp_end,
+    // content_size, packet_size, packet_seq_num (bytes 64..72), events_discarded (72..80).
+    let stream = dir.path().join("a/channel0_0");
+    let mut bytes = std::fs::read(&stream).unwrap();
+    let packets = bytes.len() / 4096;
+    for p in 2..packets {
+        let at = p * 4096 + 64;
+        bytes[at..at + 8].copy_from_slice(&(p as u64 + 1).to_le_bytes()); // packet 2 missing
+    }
+    let last = (packets - 1) * 4096 + 72;
+    bytes[last..last + 8].copy_from_slice(&7u64.to_le_bytes());
+    std::fs::write(&stream, bytes).unwrap();
+    let doc = json(&["info", "--json", dir.path().join("a").to_str().unwrap()]);
+    assert_eq!(doc[0]["events_discarded"], 7);
+    assert_eq!(doc[0]["lost_packets"], 1);
+    let inputs = InputSet::open(&[dir.path().join("a"), dir.path().join("b")]).unwrap();
+    let r = sync(&inputs, &SyncOptions::default(), &mut |_| {}).unwrap();
+    let w = r.matching.warnings.join("\n");
+    assert!(w.contains("discarded 7 events"), "{w}");
+    assert!(w.contains("1 packets of the trace are missing"), "{w}");
+}
