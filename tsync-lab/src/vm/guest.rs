@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::clocks::{Sampler, slew};
+use super::clocks::{HandshakeLoop, Sampler, slew};
 use super::report::{AppliedSlew, GuestReport, address};
 use super::tscpage::{GlobalWord, PAGE_BYTES, SlotWord, TscPage};
 use crate::Offloads;
@@ -73,10 +73,14 @@ impl GuestArgs {
             )?;
         }
         let page = Arc::new(map_ivshmem()?);
+        let agent_check = self.agent_check()?;
         page.slot(k, SlotWord::Booted).store(1, Ordering::Release);
         page.wait_global(GlobalWord::AllBooted, Duration::from_secs(300))?;
         let patience = Duration::from_secs(30);
         let offset_start = page.measure_offset(k, 300, patience)?;
+        // The host's TSC is this guest's counter plus a constant only on x86_64.
+        let handshakes =
+            (!cfg!(target_arch = "x86_64")).then(|| HandshakeLoop::start(page.clone(), k));
         let sampler = Sampler::start();
         let trace = self.out.join(format!("guest-{k}.tsync"));
         let log = self.out.join(format!("agent-{k}.log"));
@@ -97,6 +101,11 @@ impl GuestArgs {
         let pairs = sampler.stop();
         page.slot(k, SlotWord::Finished).store(1, Ordering::Release);
         page.wait_global(GlobalWord::AllFinished, Duration::from_secs(120))?;
+        // One slot, one handshake at a time: the loop ends before the last measurement.
+        let handshakes = match handshakes {
+            Some(h) => h.stop()?,
+            None => Vec::new(),
+        };
         let offset_end = page.measure_offset(k, 300, patience)?;
         let (first, last) = (
             pairs.first().context("no clock pair")?,
@@ -104,6 +113,7 @@ impl GuestArgs {
         );
         let report = GuestReport {
             index: k,
+            arch: std::env::consts::ARCH.into(),
             kernel: read_trimmed("/proc/sys/kernel/osrelease"),
             clocksource: read_trimmed(
                 "/sys/devices/system/clocksource/clocksource0/current_clocksource",
@@ -111,6 +121,8 @@ impl GuestArgs {
             offset_start,
             offset_end,
             tsc_hz: (last.t2 - first.t2) as f64 / (last.raw - first.raw) as f64 * 1e9,
+            handshakes,
+            agent_check: Some(agent_check),
             pairs,
             slew,
             agent_events,
@@ -124,6 +136,25 @@ impl GuestArgs {
         fs::write(&path, serde_json::to_vec(&report)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
         Ok(())
+    }
+
+    /// Runs `tsync-agent check` (what a user runs on a node first): its exit status and output,
+    /// also written to `check-K.log` for the lab's log.
+    fn agent_check(&self) -> anyhow::Result<(String, String)> {
+        let out = Command::new(&self.agent)
+            .arg("check")
+            .arg("--output")
+            .arg(&self.out)
+            .output()
+            .with_context(|| format!("cannot run {} check", self.agent.display()))?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = self.out.join(format!("check-{}.log", self.index));
+        fs::write(&path, &text).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok((out.status.to_string(), text))
     }
 
     /// Runs the traffic generator towards every other guest; meanwhile, if asked, changes the
