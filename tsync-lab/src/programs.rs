@@ -20,30 +20,47 @@ pub struct Program {
 
 /// Loaded tracing programs named like tsync's hooks (every agent's, also other processes').
 pub fn programs() -> Result<Vec<Program>> {
+    Ok(loaded()?
+        .into_iter()
+        .filter(|p| p.prog_type == sys::PROG_TYPE_TRACING && PROGRAMS.contains(&p.name.as_str()))
+        .map(|p| Program {
+            id: p.id,
+            name: p.name,
+            run_time_ns: p.run_time_ns,
+            run_cnt: p.run_cnt,
+        })
+        .collect())
+}
+
+/// Every program loaded in the kernel, whatever its type and name (for messages).
+pub fn loaded() -> Result<Vec<Loaded>> {
     let mut found = Vec::new();
     let mut id = 0;
     while let Some(next) = sys::next_prog_id(id)? {
         id = next;
         // A program unloaded between the two calls is simply gone.
-        let Some(info) = sys::prog_info(id)? else {
-            continue;
-        };
-        if info.prog_type == sys::PROG_TYPE_TRACING && PROGRAMS.contains(&info.name.as_str()) {
-            found.push(Program {
-                id,
-                name: info.name,
-                run_time_ns: info.run_time_ns,
-                run_cnt: info.run_cnt,
-            });
+        if let Some(p) = sys::prog_info(id)? {
+            found.push(p);
         }
     }
     Ok(found)
 }
 
+/// A loaded program as `bpf(BPF_OBJ_GET_INFO_BY_FD)` describes it.
+#[derive(Debug)]
+pub struct Loaded {
+    pub id: u32,
+    /// `enum bpf_prog_type` (26: tracing, as tp_btf programs are).
+    pub prog_type: u32,
+    pub name: String,
+    pub run_time_ns: u64,
+    pub run_cnt: u64,
+}
+
 /// The three `bpf(2)` commands that list programs (uapi `linux/bpf.h`; the layout of
 /// `bpf_prog_info` is append-only, the kernel fills as much as both sides know).
 mod sys {
-    use super::{Result, bail};
+    use super::{Loaded, Result, bail};
 
     const PROG_GET_NEXT_ID: libc::c_long = 11;
     const PROG_GET_FD_BY_ID: libc::c_long = 13;
@@ -52,13 +69,6 @@ mod sys {
 
     /// `bpf_prog_info` up to `run_cnt` (232 bytes in 6.x; offsets from the uapi header).
     const INFO_BYTES: usize = 232;
-
-    pub struct Info {
-        pub prog_type: u32,
-        pub name: String,
-        pub run_time_ns: u64,
-        pub run_cnt: u64,
-    }
 
     fn bpf(cmd: libc::c_long, attr: &mut [u64; 16]) -> libc::c_long {
         // SAFETY: attr is a zeroed 128-byte union bpf_attr the command reads and writes within.
@@ -88,7 +98,7 @@ mod sys {
     }
 
     /// Program `id`'s type, name and statistics; None when it is gone.
-    pub fn prog_info(id: u32) -> Result<Option<Info>> {
+    pub fn prog_info(id: u32) -> Result<Option<Loaded>> {
         let mut attr = [0u64; 16];
         attr[0] = u64::from(id);
         let fd = bpf(PROG_GET_FD_BY_ID, &mut attr);
@@ -113,7 +123,8 @@ mod sys {
         let u64_at = |o: usize| u64::from_ne_bytes(info[o..o + 8].try_into().expect("8 bytes"));
         let name = &info[64..80];
         let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-        Ok(Some(Info {
+        Ok(Some(Loaded {
+            id,
             prog_type: u32_at(0),
             name: String::from_utf8_lossy(&name[..len]).into_owned(),
             run_time_ns: u64_at(192),

@@ -89,6 +89,21 @@ impl GuestArgs {
         let agent = crate::Agent::start_logged(cmd, &log)
             .with_context(|| format!("the agent did not start; see {}", log.display()))?;
         let programs = agent.program_ids()?;
+        // The programs the kernel lists must include the agent's, or "none left" below would
+        // prove nothing.
+        let listed = crate::program_ids()?;
+        if programs.is_empty() || !programs.is_subset(&listed) {
+            let all: Vec<_> = crate::programs::loaded()?
+                .into_iter()
+                .filter(|p| programs.contains(&p.id))
+                .map(|p| format!("{} {:?} type {}", p.id, p.name, p.prog_type))
+                .collect();
+            bail!(
+                "the agent's BPF programs {programs:?} are not all listed as tsync's ({listed:?}); \
+                 loaded: {}",
+                all.join(", ")
+            );
+        }
         page.slot(k, SlotWord::Ready).store(1, Ordering::Release);
         page.wait_global(GlobalWord::Go, Duration::from_secs(300))?;
         let (slew, exchanges) = self.traffic_and_slew()?;

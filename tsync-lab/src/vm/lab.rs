@@ -274,12 +274,31 @@ impl Lab {
                 c.detail
             ));
         }
+        text.push_str(&agent_checks(outcome));
         Ok(Report {
             text,
             checks: checks.len(),
             failed: checks.iter().filter(|c| !c.passed).count(),
         })
     }
+}
+
+/// What `tsync-agent check` printed in each guest, as a user would see it on a node.
+fn agent_checks(outcome: &LabOutcome<'_>) -> String {
+    let mut text = String::new();
+    for (k, r) in outcome.reports.iter().enumerate() {
+        let Ok(r) = r else { continue };
+        let Some((status, output)) = &r.agent_check else {
+            continue;
+        };
+        text.push_str(&format!(
+            "\n`tsync-agent check` on guest-{k} ({} {}): {status}\n\n```text\n{}\n```\n",
+            r.arch,
+            r.kernel,
+            output.trim_end()
+        ));
+    }
+    text
 }
 
 /// The report's text and the checks' counts.
