@@ -22,14 +22,24 @@ pub struct Program {
 pub fn programs() -> Result<Vec<Program>> {
     Ok(loaded()?
         .into_iter()
-        .filter(|p| p.prog_type == sys::PROG_TYPE_TRACING && PROGRAMS.contains(&p.name.as_str()))
-        .map(|p| Program {
+        .filter(|p| p.prog_type == sys::PROG_TYPE_TRACING)
+        .filter_map(|p| {
+            let name = PROGRAMS.into_iter().find(|n| kernel_name(n) == p.name)?;
+            Some((p, name))
+        })
+        .map(|(p, name)| Program {
             id: p.id,
-            name: p.name,
+            name: name.to_owned(),
             run_time_ns: p.run_time_ns,
             run_cnt: p.run_cnt,
         })
         .collect())
+}
+
+/// A program's name as the kernel keeps it: at most 15 bytes (`BPF_OBJ_NAME_LEN` with its NUL;
+/// `netif_receive_skb` is `netif_receive_s` there — bpftool shows the whole name from BTF).
+fn kernel_name(name: &str) -> &str {
+    &name[..name.len().min(sys::OBJ_NAME_LEN - 1)]
 }
 
 /// Every program loaded in the kernel, whatever its type and name (for messages).
@@ -66,6 +76,7 @@ mod sys {
     const PROG_GET_FD_BY_ID: libc::c_long = 13;
     const OBJ_GET_INFO_BY_FD: libc::c_long = 15;
     pub const PROG_TYPE_TRACING: u32 = 26;
+    pub const OBJ_NAME_LEN: usize = 16;
 
     /// `bpf_prog_info` up to `run_cnt` (232 bytes in 6.x; offsets from the uapi header).
     const INFO_BYTES: usize = 232;
@@ -121,7 +132,7 @@ mod sys {
         }
         let u32_at = |o: usize| u32::from_ne_bytes(info[o..o + 4].try_into().expect("4 bytes"));
         let u64_at = |o: usize| u64::from_ne_bytes(info[o..o + 8].try_into().expect("8 bytes"));
-        let name = &info[64..80];
+        let name = &info[64..64 + OBJ_NAME_LEN];
         let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
         Ok(Some(Loaded {
             id,
@@ -149,5 +160,16 @@ pub fn wait_unloaded(ids: &BTreeSet<u32>) -> Result<BTreeSet<u32>> {
             return Ok(left);
         }
         thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_compare_as_the_kernel_truncates_them() {
+        assert_eq!(kernel_name("netif_receive_skb"), "netif_receive_s");
+        assert_eq!(kernel_name("net_dev_queue"), "net_dev_queue");
     }
 }

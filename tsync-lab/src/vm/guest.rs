@@ -207,10 +207,12 @@ impl GuestArgs {
     }
 }
 
-/// Loads virtio-net (virtme-ng's initramfs does not), names the guest's address on the first
-/// NIC and brings it up; returns the NIC's name.
+/// Loads virtio-net (virtme-ng's initramfs does not; the arm64 guest's `/init` did), names the
+/// guest's address on the first NIC and brings it up; returns the NIC's name.
 fn bring_up_nic(k: usize) -> anyhow::Result<String> {
-    let _ = Command::new("modprobe").arg("virtio_net").status();
+    if !Path::new("/sys/module/virtio_net").exists() {
+        let _ = Command::new("modprobe").arg("virtio_net").status();
+    }
     let deadline = Instant::now() + Duration::from_secs(10);
     let nic = loop {
         let found = fs::read_dir("/sys/class/net")?
