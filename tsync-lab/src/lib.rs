@@ -11,7 +11,7 @@
 //!   until it says it is recording; stopped with a signal, its output collected; killed on drop.
 //! - [`StallingFs`]: a FUSE file system whose writes stall (periodically, or while a gate is
 //!   closed), as a saturated disk's do: for the agent's output.
-//! - [`programs`]: tsync's BPF programs loaded in the kernel (from `bpftool`), to check that an
+//! - [`programs`]: tsync's BPF programs loaded in the kernel (the `bpf(2)` call, as bpftool), to check that an
 //!   agent attached them and that none is left once it exited ([`wait_unloaded`]).
 //! - [`demo`]: nodes in namespaces with known clock skews, traffic, analyzer, every figure
 //!   checked against the truth (`cargo xtask demo`); [`bench::capture`]: what recording costs

@@ -13,6 +13,17 @@ use anyhow::Result;
 
 pub use package::Arch;
 
+/// What the VM lab's guests of `arch` run (`cargo xtask lab`): the agent exactly as the tarball
+/// holds it (built, staged and checked as `dist` does) and the guest program built alike.
+pub fn lab_guest_binaries(arch: Arch) -> Result<tsync_lab::vm::GuestBinaries> {
+    package::build_binaries(arch)?;
+    let staged = package::stage(arch)?;
+    Ok(tsync_lab::vm::GuestBinaries {
+        agent: staged.dir.join("tsync-agent"),
+        lab: package::build_lab_guest(arch)?,
+    })
+}
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Architectures to build (default: all).

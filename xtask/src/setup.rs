@@ -79,6 +79,10 @@ pub fn run_setup(apt: bool) -> Result<()> {
     ensure_dist_targets()?;
     if apt {
         ensure_debian_packages()?;
+        // The VM lab's: QEMU for x86_64 and arm64 guests, and Debian's arm64 packages (the
+        // arm64 guest's kernel and busybox, fetched into the lab's cache when it runs).
+        ensure_foreign_arch()?;
+        ensure_packages(tsync_lab::vm::DEBIAN_PACKAGES)?;
     }
     ensure_mounts()?;
     eprintln!("setup: done");
@@ -261,6 +265,25 @@ pub fn ensure_packages(packages: &[&str]) -> Result<()> {
     run(apt()
         .args(["install", "-y", "-q", "--no-install-recommends"])
         .args(&missing))
+}
+
+/// Makes Debian's packages of the VM lab's foreign architecture (arm64) known to apt: `dpkg
+/// --add-architecture` and one `apt-get update`, only when it is not known yet.
+pub fn ensure_foreign_arch() -> Result<()> {
+    let arch = tsync_lab::vm::FOREIGN_ARCH;
+    let known = output(Command::new("dpkg").arg("--print-foreign-architectures"))
+        .is_some_and(|s| s.split_whitespace().any(|a| a == arch));
+    if known {
+        return Ok(());
+    }
+    if !tsync_lab::is_root() {
+        bail!("Debian's {arch} packages are not known here — run `cargo xtask setup` as root");
+    }
+    eprintln!("setup: adding the {arch} architecture to dpkg (the VM lab's arm64 guest)");
+    run(Command::new("dpkg").args(["--add-architecture", arch]))?;
+    run(Command::new("apt-get")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["-o", "DPkg::Lock::Timeout=300", "update", "-q"]))
 }
 
 /// Mounts tracefs and the BPF filesystem where they are absent (bpftool and tracepoint listing use them).

@@ -83,7 +83,10 @@ impl Args {
             crate::fuzz::run_targets(crate::fuzz::TARGETS, self.fuzz_seconds)?;
         }
         if !self.no_lab {
-            eprintln!("test: cargo xtask lab (guests on Linux 6.1 and 6.12, random slew)");
+            eprintln!(
+                "test: cargo xtask lab (x86_64 guests on Linux 6.1 and 6.12, an arm64 one on 6.12, \
+                 random slew)"
+            );
             defaults::<crate::lab::Args>()?.run()?;
         }
         if self.no_demo {

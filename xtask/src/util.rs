@@ -1,5 +1,5 @@
 //! What several tasks share: the workspace's location, running commands and cargo, task
-//! defaults, the binaries the lab runs. (The lab itself is the `tsync-lab` crate.)
+//! defaults, the binaries the demo runs. (The lab itself is the `tsync-lab` crate.)
 use std::{
     path::{Path, PathBuf},
     process::Command,
@@ -65,8 +65,8 @@ pub fn release_binary(name: &str) -> PathBuf {
     target_dir().join("release").join(name)
 }
 
-/// Builds the binaries the demo and the VM lab run (the same set for both, so that `cargo xtask
-/// test` builds them once) and says where they are.
+/// Builds the binaries the demo runs (the VM lab runs the static dist builds instead:
+/// `dist::lab_guest_binaries`) and says where they are.
 pub fn lab_binaries() -> Result<tsync_lab::Binaries> {
     build_release(&["tsync-agent", "tsync-analyze", "tsync-lab"])?;
     Ok(tsync_lab::Binaries {

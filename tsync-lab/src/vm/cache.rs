@@ -15,9 +15,21 @@ use anyhow::{Context, bail};
 use crate::command::{output, run};
 
 /// Debian packages the lab runs: QEMU (7.2 on bookworm; it replaces a preinstalled `qemu-utils`,
-/// which nothing here needs), `depmod` and busybox (virtme-ng builds its initramfs with them),
-/// ethtool (the guests report their NIC's offloads).
-pub const DEBIAN_PACKAGES: &[&str] = &["qemu-system-x86", "kmod", "busybox-static", "ethtool"];
+/// which nothing here needs) for x86_64 guests and, `qemu-system-arm`, for the arm64 guest,
+/// `depmod` and busybox (virtme-ng builds its initramfs with them), ethtool (the guests report
+/// their NIC's offloads), xz (the arm64 guest's kernel modules are unpacked for busybox's
+/// `insmod`).
+pub const DEBIAN_PACKAGES: &[&str] = &[
+    "qemu-system-x86",
+    "qemu-system-arm",
+    "kmod",
+    "busybox-static",
+    "ethtool",
+    "xz-utils",
+];
+/// The foreign Debian architecture the arm64 guest's kernel and busybox come from (`dpkg
+/// --add-architecture`, which xtask's setup runs).
+pub const FOREIGN_ARCH: &str = "arm64";
 /// The virtme-ng release the lab was measured with.
 const VIRTME_NG: &str = "virtme-ng==1.42";
 
@@ -64,9 +76,71 @@ impl Toolkit {
     }
 }
 
+/// A guest's architecture: Debian's name for it, in the kernel packages' names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestArch {
+    /// x86_64: virtme-ng boots it with the host's root file system.
+    Amd64,
+    /// aarch64: QEMU boots it with an initramfs of its own ([`super::initramfs`]).
+    Arm64,
+}
+
+impl GuestArch {
+    /// Debian's name (`amd64`, `arm64`).
+    pub fn debian(self) -> &'static str {
+        match self {
+            GuestArch::Amd64 => "amd64",
+            GuestArch::Arm64 => "arm64",
+        }
+    }
+
+    /// `uname -m`, and the Rust architecture the guest's binaries are built for.
+    pub fn machine(self) -> &'static str {
+        match self {
+            GuestArch::Amd64 => "x86_64",
+            GuestArch::Arm64 => "aarch64",
+        }
+    }
+}
+
+/// What `--kernels` names: a series, optionally for arm64 (`6.12`, `arm64:6.12`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelSpec {
+    pub arch: GuestArch,
+    pub series: String,
+}
+
+impl std::str::FromStr for KernelSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<KernelSpec, String> {
+        let (arch, series) = match s.split_once(':') {
+            None => (GuestArch::Amd64, s),
+            Some(("amd64" | "x86_64", series)) => (GuestArch::Amd64, series),
+            Some(("arm64" | "aarch64", series)) => (GuestArch::Arm64, series),
+            Some((other, _)) => return Err(format!("{other:?} is not amd64 or arm64")),
+        };
+        package_prefix(series).map_err(|e| e.to_string())?;
+        Ok(KernelSpec {
+            arch,
+            series: series.to_owned(),
+        })
+    }
+}
+
+impl std::fmt::Display for KernelSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.arch {
+            GuestArch::Amd64 => write!(f, "{}", self.series),
+            GuestArch::Arm64 => write!(f, "arm64:{}", self.series),
+        }
+    }
+}
+
 /// A kernel ready to boot: its image inside the unpacked package (modules beside it).
 #[derive(Clone, Debug)]
 pub struct Kernel {
+    pub arch: GuestArch,
     /// The series asked for (`6.1`).
     pub series: String,
     /// The Debian package it came from.
@@ -74,16 +148,20 @@ pub struct Kernel {
     pub image: PathBuf,
 }
 
-/// The newest cached kernel of `series`, or the newest Debian has, downloaded and unpacked into
+/// The newest cached kernel of the series, or the newest Debian has, downloaded and unpacked into
 /// the cache folder.
-pub fn kernel(cache_dir: &Path, series: &str) -> anyhow::Result<Kernel> {
+pub fn kernel(cache_dir: &Path, spec: &KernelSpec) -> anyhow::Result<Kernel> {
     let dir = cache_dir.join("kernels");
     fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let prefix = package_prefix(series)?;
-    let package = match newest_cached(&dir, &prefix)? {
+    let prefix = package_prefix(&spec.series)?;
+    let flavour = Flavour {
+        prefix: &prefix,
+        arch: spec.arch.debian(),
+    };
+    let package = match newest_cached(&dir, flavour)? {
         Some(p) => p,
         None => {
-            let p = newest_package(&prefix)?;
+            let p = newest_package(flavour)?;
             unpack(&dir, &p)?;
             p
         }
@@ -99,10 +177,46 @@ pub fn kernel(cache_dir: &Path, series: &str) -> anyhow::Result<Kernel> {
         })
         .with_context(|| format!("no vmlinuz in {}", boot.display()))?;
     Ok(Kernel {
-        series: series.to_owned(),
+        arch: spec.arch,
+        series: spec.series.clone(),
         package,
         image,
     })
+}
+
+impl Kernel {
+    /// The unpacked package's module tree (`lib/modules/RELEASE`).
+    pub fn modules(&self) -> anyhow::Result<PathBuf> {
+        let root = self
+            .image
+            .parent()
+            .and_then(Path::parent)
+            .context("the kernel image has no package folder")?
+            .join("lib/modules");
+        fs::read_dir(&root)
+            .with_context(|| format!("cannot list {}", root.display()))?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .next()
+            .with_context(|| format!("no module tree in {}", root.display()))
+    }
+}
+
+/// Debian's static busybox for arm64 (`busybox-static:arm64`), downloaded and unpacked into the
+/// cache folder once: the arm64 guest's shell and tools. Its path.
+pub fn arm64_busybox(cache_dir: &Path) -> anyhow::Result<PathBuf> {
+    let package = "busybox-static:arm64";
+    let dir = cache_dir.join("busybox-static-arm64");
+    let binary = dir.join("bin/busybox");
+    if !dir.join(".complete").exists() {
+        unpack_as(&dir, package).with_context(|| {
+            format!(
+                "cannot fetch {package} (is arm64 a dpkg architecture here? `cargo xtask setup` \
+                 adds it: dpkg --add-architecture arm64, apt-get update)"
+            )
+        })?;
+    }
+    Ok(binary)
 }
 
 /// `linux-image-6.1.` for `6.1`: the start of every plain image package of that series.
@@ -117,43 +231,50 @@ fn package_prefix(series: &str) -> anyhow::Result<String> {
     Ok(format!("linux-image-{series}."))
 }
 
-/// The plain `-amd64` flavour, unsigned (the `-cloud-` flavour has no 9p; `-rt-` is another
-/// kernel).
-fn is_plain_image(name: &str, prefix: &str) -> bool {
-    name.starts_with(prefix)
-        && name.ends_with("-amd64-unsigned")
+/// Which packages count: a series' prefix and Debian's architecture.
+#[derive(Clone, Copy)]
+struct Flavour<'a> {
+    prefix: &'a str,
+    arch: &'a str,
+}
+
+/// The plain `-amd64` (`-arm64`) flavour, unsigned (the `-cloud-` flavour has no 9p; `-rt-` is
+/// another kernel).
+fn is_plain_image(name: &str, f: Flavour<'_>) -> bool {
+    name.starts_with(f.prefix)
+        && name.ends_with(&format!("-{}-unsigned", f.arch))
         && !name.contains("-cloud-")
         && !name.contains("-rt-")
 }
 
 /// The newest package of the series unpacked completely in `dir` (an interrupted unpack has no
 /// `.complete` marker and does not count).
-fn newest_cached(dir: &Path, prefix: &str) -> anyhow::Result<Option<String>> {
+fn newest_cached(dir: &Path, flavour: Flavour<'_>) -> anyhow::Result<Option<String>> {
     Ok(fs::read_dir(dir)?
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| is_plain_image(n, prefix) && dir.join(n).join(".complete").exists())
+        .filter(|n| is_plain_image(n, flavour) && dir.join(n).join(".complete").exists())
         .max_by(|a, b| natural_cmp(a, b)))
 }
 
 /// The newest plain image package of the series in `apt-cache search` output (`NAME - TEXT`
 /// lines).
-fn newest_listed(listing: &str, prefix: &str) -> Option<String> {
+fn newest_listed(listing: &str, flavour: Flavour<'_>) -> Option<String> {
     listing
         .lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| is_plain_image(n, prefix))
+        .filter(|n| is_plain_image(n, flavour))
         .map(str::to_owned)
         .max_by(|a, b| natural_cmp(a, b))
 }
 
 /// The newest plain image package of the series that apt knows (after one `apt-get update` if
 /// it knows none).
-fn newest_package(prefix: &str) -> anyhow::Result<String> {
+fn newest_package(flavour: Flavour<'_>) -> anyhow::Result<String> {
     let search = || {
-        let pattern = format!("^{}", prefix.replace('.', "\\."));
+        let pattern = format!("^{}", flavour.prefix.replace('.', "\\."));
         let listing = output(Command::new("apt-cache").args(["search", "--names-only", &pattern]));
-        newest_listed(&listing.unwrap_or_default(), prefix)
+        newest_listed(&listing.unwrap_or_default(), flavour)
     };
     if let Some(p) = search() {
         return Ok(p);
@@ -162,18 +283,26 @@ fn newest_package(prefix: &str) -> anyhow::Result<String> {
         .env("DEBIAN_FRONTEND", "noninteractive")
         .args(["update", "-q"]))?;
     search().with_context(|| {
-        format!("Debian offers no {prefix}*-amd64-unsigned package (apt-cache search)")
+        format!(
+            "Debian offers no {}*-{}-unsigned package (apt-cache search)",
+            flavour.prefix, flavour.arch
+        )
     })
 }
 
 /// Downloads `package` and unpacks it into `dir/package` (marked complete last, so an
 /// interrupted unpack is redone).
 fn unpack(dir: &Path, package: &str) -> anyhow::Result<()> {
+    unpack_as(&dir.join(package), package)
+}
+
+/// Downloads `package` and unpacks it into `target` (marked complete last).
+fn unpack_as(target: &Path, package: &str) -> anyhow::Result<()> {
     eprintln!(
         "lab: downloading and unpacking {package} into {}",
-        dir.display()
+        target.display()
     );
-    let work = dir.join(format!("{package}.download"));
+    let work = PathBuf::from(format!("{}.download", target.display()));
     let _ = fs::remove_dir_all(&work);
     fs::create_dir_all(&work)?;
     run(Command::new("apt-get").current_dir(&work).args([
@@ -189,9 +318,8 @@ fn unpack(dir: &Path, package: &str) -> anyhow::Result<()> {
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|e| e == "deb"))
         .with_context(|| format!("apt-get download left no .deb for {package}"))?;
-    let target = dir.join(package);
-    let _ = fs::remove_dir_all(&target);
-    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&target))?;
+    let _ = fs::remove_dir_all(target);
+    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(target))?;
     fs::remove_dir_all(&work)?;
     fs::write(target.join(".complete"), "")?;
     Ok(())
@@ -222,26 +350,55 @@ fn natural_cmp(a: &str, b: &str) -> Ordering {
 mod tests {
     use super::*;
 
+    fn amd64(prefix: &str) -> Flavour<'_> {
+        Flavour {
+            prefix,
+            arch: "amd64",
+        }
+    }
+
+    #[test]
+    fn kernel_specs_name_an_architecture_or_default_to_amd64() {
+        let s: KernelSpec = "arm64:6.12".parse().unwrap();
+        assert_eq!((s.arch, s.series.as_str()), (GuestArch::Arm64, "6.12"));
+        assert_eq!(s.to_string(), "arm64:6.12");
+        let s: KernelSpec = "6.1".parse().unwrap();
+        assert_eq!((s.arch, s.series.as_str()), (GuestArch::Amd64, "6.1"));
+        assert!("riscv64:6.12".parse::<KernelSpec>().is_err());
+        assert!("arm64:6".parse::<KernelSpec>().is_err());
+    }
+
     #[test]
     fn picks_the_plain_flavour_of_the_series() {
-        let p = package_prefix("6.1").unwrap();
-        assert!(is_plain_image("linux-image-6.1.0-56-amd64-unsigned", &p));
+        let prefix = package_prefix("6.1").unwrap();
+        let p = amd64(&prefix);
+        assert!(is_plain_image("linux-image-6.1.0-56-amd64-unsigned", p));
         assert!(!is_plain_image(
             "linux-image-6.1.0-56-cloud-amd64-unsigned",
-            &p
+            p
         ));
-        assert!(!is_plain_image(
-            "linux-image-6.1.0-56-rt-amd64-unsigned",
-            &p
-        ));
+        assert!(!is_plain_image("linux-image-6.1.0-56-rt-amd64-unsigned", p));
         assert!(!is_plain_image(
             "linux-image-6.12.117+deb12-amd64-unsigned",
-            &p
+            p
         ));
-        let p = package_prefix("6.12").unwrap();
+        let prefix = package_prefix("6.12").unwrap();
+        let p = amd64(&prefix);
         assert!(is_plain_image(
             "linux-image-6.12.117+deb12-amd64-unsigned",
-            &p
+            p
+        ));
+        let arm = Flavour {
+            prefix: &prefix,
+            arch: "arm64",
+        };
+        assert!(is_plain_image(
+            "linux-image-6.12.117+deb12-arm64-unsigned",
+            arm
+        ));
+        assert!(!is_plain_image(
+            "linux-image-6.12.117+deb12-amd64-unsigned",
+            arm
         ));
         assert!(package_prefix("6").is_err() && package_prefix("6.x").is_err());
     }
@@ -268,24 +425,27 @@ linux-image-6.1.0-57-cloud-amd64-unsigned - Linux 6.1 for x86-64 cloud
 linux-image-6.1.0-58-rt-amd64-unsigned - Linux 6.1 for 64-bit PCs, PREEMPT_RT
 linux-image-6.12.117+deb12-amd64-unsigned - Linux 6.12 for 64-bit PCs
 ";
-        let p = package_prefix("6.1").unwrap();
+        let prefix = package_prefix("6.1").unwrap();
+        let p = amd64(&prefix);
         assert_eq!(
-            newest_listed(listing, &p).as_deref(),
+            newest_listed(listing, p).as_deref(),
             Some("linux-image-6.1.0-56-amd64-unsigned")
         );
-        let p = package_prefix("6.12").unwrap();
+        let prefix = package_prefix("6.12").unwrap();
+        let p = amd64(&prefix);
         assert_eq!(
-            newest_listed(listing, &p).as_deref(),
+            newest_listed(listing, p).as_deref(),
             Some("linux-image-6.12.117+deb12-amd64-unsigned")
         );
-        assert_eq!(newest_listed("", &p), None);
+        assert_eq!(newest_listed("", p), None);
     }
 
     #[test]
     fn only_complete_unpacks_count_as_cached() {
         let dir = tempfile::tempdir().unwrap();
-        let p = package_prefix("6.1").unwrap();
-        assert_eq!(newest_cached(dir.path(), &p).unwrap(), None);
+        let prefix = package_prefix("6.1").unwrap();
+        let p = amd64(&prefix);
+        assert_eq!(newest_cached(dir.path(), p).unwrap(), None);
         for (name, complete) in [
             ("linux-image-6.1.0-9-amd64-unsigned", true),
             ("linux-image-6.1.0-56-amd64-unsigned", false),
@@ -297,7 +457,7 @@ linux-image-6.12.117+deb12-amd64-unsigned - Linux 6.12 for 64-bit PCs
             }
         }
         assert_eq!(
-            newest_cached(dir.path(), &p).unwrap().as_deref(),
+            newest_cached(dir.path(), p).unwrap().as_deref(),
             Some("linux-image-6.1.0-9-amd64-unsigned")
         );
         fs::write(
@@ -308,7 +468,7 @@ linux-image-6.12.117+deb12-amd64-unsigned - Linux 6.12 for 64-bit PCs
         )
         .unwrap();
         assert_eq!(
-            newest_cached(dir.path(), &p).unwrap().as_deref(),
+            newest_cached(dir.path(), p).unwrap().as_deref(),
             Some("linux-image-6.1.0-56-amd64-unsigned")
         );
     }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use tsync_analyze::{InputSet, SyncOptions, SyncResult, TimebaseChoice};
 
+use super::cache::GuestArch;
 use super::report::GuestReport;
 use super::truth::{GuestClock, Truth};
 
@@ -14,6 +15,9 @@ pub const POINTS: usize = 21;
 const MIN_POINTS: usize = 11;
 /// How closely `info` must report the slew (ppm).
 const SLEW_TOLERANCE_PPM: f64 = 1.0;
+/// The widest an arm64 guest's counter → host TSC map may be for its truth to count (µs): far
+/// below the lab's millisecond-wide intervals.
+const MAX_MAP_ERROR_US: f64 = 100.0;
 
 /// One check: what, whether it passed, and what was measured.
 pub struct Check {
@@ -35,6 +39,10 @@ impl Check {
 /// What one guest showed.
 pub struct GuestRow {
     pub name: String,
+    pub arch: String,
+    /// An arm64 guest's counter → host TSC map: (error, largest residual) in ns, handshakes
+    /// used, measured.
+    pub map: Option<(f64, f64, usize, usize)>,
     pub kernel: String,
     pub clocksource: String,
     pub role: String,
@@ -102,6 +110,7 @@ pub struct LabOutcome<'a> {
     /// Per guest: its report, or why there is none.
     pub reports: Vec<Result<GuestReport, String>>,
     pub kernels: Vec<String>,
+    pub arches: Vec<GuestArch>,
     pub slewed: usize,
     pub slew_ppm: f64,
     /// Cleanup as checked by the host: what was left behind (empty: nothing).
@@ -115,7 +124,7 @@ pub fn evaluate(o: &LabOutcome<'_>) -> (Vec<GuestRow>, Vec<Check>, Option<SyncRe
     let n = o.reports.len();
     let files = trace_files(o.out, n);
     for (k, r) in o.reports.iter().enumerate() {
-        checks.push(agent_check(k, r, &o.kernels[k], &files[k]));
+        checks.push(agent_check(k, r, &o.kernels[k], o.arches[k], &files[k]));
     }
     let ok: Vec<&GuestReport> = o.reports.iter().filter_map(|r| r.as_ref().ok()).collect();
     let sync = if ok.len() == n {
@@ -130,7 +139,7 @@ pub fn evaluate(o: &LabOutcome<'_>) -> (Vec<GuestRow>, Vec<Check>, Option<SyncRe
     let clocks: Vec<Option<GuestClock>> = o
         .reports
         .iter()
-        .map(|r| r.as_ref().ok().map(GuestClock::new))
+        .map(|r| r.as_ref().ok().and_then(GuestClock::new))
         .collect();
     let mut rows = Vec::new();
     for (k, r) in o.reports.iter().enumerate() {
@@ -189,6 +198,22 @@ pub fn evaluate(o: &LabOutcome<'_>) -> (Vec<GuestRow>, Vec<Check>, Option<SyncRe
         ));
     }
     for row in &rows {
+        if let Some((error_ns, residual_ns, used, n)) = row.map {
+            checks.push(Check::new(
+                format!(
+                    "{}: counter linear in the host's TSC (ground truth valid)",
+                    row.name
+                ),
+                error_ns * 1e-3 <= MAX_MAP_ERROR_US,
+                format!(
+                    "a line through {used} of {n} handshakes (the narrow ones), farthest {:.2} µs \
+                     from it, truth within ±{:.2} µs (at most {MAX_MAP_ERROR_US} µs)",
+                    residual_ns * 1e-3,
+                    error_ns * 1e-3
+                ),
+            ));
+            continue;
+        }
         let drift = row.offset_drift_ticks;
         let (ws, we) = row.offset_widths;
         checks.push(Check::new(
@@ -239,8 +264,17 @@ fn run_sync(files: &[PathBuf], timebase: TimebaseChoice) -> anyhow::Result<SyncR
 
 /// The agent loaded and recorded on the guest's kernel: a report, exit 0, events, none lost, a
 /// complete file, no program left loaded.
-fn agent_check(k: usize, r: &Result<GuestReport, String>, series: &str, file: &Path) -> Check {
-    let name = format!("guest-{k}: agent recorded on Linux {series}");
+fn agent_check(
+    k: usize,
+    r: &Result<GuestReport, String>,
+    series: &str,
+    arch: GuestArch,
+    file: &Path,
+) -> Check {
+    let name = format!(
+        "guest-{k}: agent checked the node and recorded on Linux {series} {}",
+        arch.machine()
+    );
     let r = match r {
         Ok(r) => r,
         Err(e) => return Check::new(name, false, e.clone()),
@@ -249,7 +283,10 @@ fn agent_check(k: usize, r: &Result<GuestReport, String>, series: &str, file: &P
     let complete = info
         .as_ref()
         .is_ok_and(|i| i.complete && i.damage.is_none());
+    let check_status = r.agent_check.as_ref().map(|(status, _)| status.as_str());
     let passed = r.kernel.starts_with(&format!("{series}."))
+        && r.arch == arch.machine()
+        && check_status.is_some_and(|s| s.contains("exit status: 0"))
         && r.agent_status.contains("exit status: 0")
         && r.agent_events > 0
         && r.agent_lost == 0
@@ -259,8 +296,11 @@ fn agent_check(k: usize, r: &Result<GuestReport, String>, series: &str, file: &P
         name,
         passed,
         format!(
-            "kernel {}, {} events, {} lost, agent {}, file {}, {} program(s) left",
+            "{} kernel {}, `tsync-agent check` {}, {} events, {} lost, agent {}, file {}, {} \
+             program(s) left",
+            r.arch,
             r.kernel,
+            check_status.unwrap_or("not run"),
             r.agent_events,
             r.agent_lost,
             r.agent_status,
@@ -310,8 +350,17 @@ fn row(
         (Some(t), Some(s), Some(span)) => Some(fit(s, k as u32, t, span)),
         _ => None,
     };
+    let map = clocks[k]
+        .as_ref()
+        .filter(|_| !r.handshakes.is_empty())
+        .map(|c| {
+            let (error, residual) = c.map_error_ns();
+            (error, residual, c.map.used, r.handshakes.len())
+        });
     GuestRow {
         name: format!("guest-{k}"),
+        arch: r.arch.clone(),
+        map,
         kernel: r.kernel.clone(),
         clocksource: r.clocksource.clone(),
         role: if k == 0 {

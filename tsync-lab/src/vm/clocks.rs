@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use anyhow::bail;
 
-use super::report::{AppliedSlew, ClockPair};
-use super::tscpage::tsc;
+use super::report::{AppliedSlew, ClockPair, HANDSHAKE_EVERY};
+use super::tscpage::{Handshake, TscPage, tsc};
 
 /// Applies `adjtimex(ADJ_FREQUENCY)`: CLOCK_MONOTONIC then runs `ppm` faster than
 /// CLOCK_MONOTONIC_RAW (on top of the frequency before, which is read first).
@@ -98,6 +98,40 @@ impl Sampler {
     pub fn stop(self) -> Vec<ClockPair> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().expect("sampler panicked")
+    }
+}
+
+/// A thread measuring the guest's counter against the host's TSC every [`HANDSHAKE_EVERY`]
+/// (20 tries each, the tightest kept): on a guest whose counter runs at another rate than the
+/// host's TSC (aarch64), the points a line through them maps the counter with.
+pub struct HandshakeLoop {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<anyhow::Result<Vec<Handshake>>>,
+}
+
+impl HandshakeLoop {
+    pub fn start(page: Arc<TscPage>, k: usize) -> HandshakeLoop {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let patience = Duration::from_secs(30);
+            let mut points = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                points.push(page.measure_handshake(k, 20, patience)?);
+                std::thread::sleep(HANDSHAKE_EVERY);
+            }
+            points.push(page.measure_handshake(k, 300, patience)?);
+            Ok(points)
+        });
+        HandshakeLoop { stop, thread }
+    }
+
+    /// Stops the thread; every handshake, in time order.
+    pub fn stop(self) -> anyhow::Result<Vec<Handshake>> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the handshake thread panicked"))?
     }
 }
 

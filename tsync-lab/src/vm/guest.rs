@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::clocks::{Sampler, slew};
+use super::clocks::{HandshakeLoop, Sampler, slew};
 use super::report::{AppliedSlew, GuestReport, address};
 use super::tscpage::{GlobalWord, PAGE_BYTES, SlotWord, TscPage};
 use crate::Offloads;
@@ -73,10 +73,14 @@ impl GuestArgs {
             )?;
         }
         let page = Arc::new(map_ivshmem()?);
+        let agent_check = self.agent_check()?;
         page.slot(k, SlotWord::Booted).store(1, Ordering::Release);
         page.wait_global(GlobalWord::AllBooted, Duration::from_secs(300))?;
         let patience = Duration::from_secs(30);
         let offset_start = page.measure_offset(k, 300, patience)?;
+        // The host's TSC is this guest's counter plus a constant only on x86_64.
+        let handshakes =
+            (!cfg!(target_arch = "x86_64")).then(|| HandshakeLoop::start(page.clone(), k));
         let sampler = Sampler::start();
         let trace = self.out.join(format!("guest-{k}.tsync"));
         let log = self.out.join(format!("agent-{k}.log"));
@@ -85,6 +89,21 @@ impl GuestArgs {
         let agent = crate::Agent::start_logged(cmd, &log)
             .with_context(|| format!("the agent did not start; see {}", log.display()))?;
         let programs = agent.program_ids()?;
+        // The programs the kernel lists must include the agent's, or "none left" below would
+        // prove nothing.
+        let listed = crate::program_ids()?;
+        if programs.is_empty() || !programs.is_subset(&listed) {
+            let all: Vec<_> = crate::programs::loaded()?
+                .into_iter()
+                .filter(|p| programs.contains(&p.id))
+                .map(|p| format!("{} {:?} type {}", p.id, p.name, p.prog_type))
+                .collect();
+            bail!(
+                "the agent's BPF programs {programs:?} are not all listed as tsync's ({listed:?}); \
+                 loaded: {}",
+                all.join(", ")
+            );
+        }
         page.slot(k, SlotWord::Ready).store(1, Ordering::Release);
         page.wait_global(GlobalWord::Go, Duration::from_secs(300))?;
         let (slew, exchanges) = self.traffic_and_slew()?;
@@ -97,6 +116,11 @@ impl GuestArgs {
         let pairs = sampler.stop();
         page.slot(k, SlotWord::Finished).store(1, Ordering::Release);
         page.wait_global(GlobalWord::AllFinished, Duration::from_secs(120))?;
+        // One slot, one handshake at a time: the loop ends before the last measurement.
+        let handshakes = match handshakes {
+            Some(h) => h.stop()?,
+            None => Vec::new(),
+        };
         let offset_end = page.measure_offset(k, 300, patience)?;
         let (first, last) = (
             pairs.first().context("no clock pair")?,
@@ -104,6 +128,7 @@ impl GuestArgs {
         );
         let report = GuestReport {
             index: k,
+            arch: std::env::consts::ARCH.into(),
             kernel: read_trimmed("/proc/sys/kernel/osrelease"),
             clocksource: read_trimmed(
                 "/sys/devices/system/clocksource/clocksource0/current_clocksource",
@@ -111,6 +136,8 @@ impl GuestArgs {
             offset_start,
             offset_end,
             tsc_hz: (last.t2 - first.t2) as f64 / (last.raw - first.raw) as f64 * 1e9,
+            handshakes,
+            agent_check: Some(agent_check),
             pairs,
             slew,
             agent_events,
@@ -124,6 +151,25 @@ impl GuestArgs {
         fs::write(&path, serde_json::to_vec(&report)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
         Ok(())
+    }
+
+    /// Runs `tsync-agent check` (what a user runs on a node first): its exit status and output,
+    /// also written to `check-K.log` for the lab's log.
+    fn agent_check(&self) -> anyhow::Result<(String, String)> {
+        let out = Command::new(&self.agent)
+            .arg("check")
+            .arg("--output")
+            .arg(&self.out)
+            .output()
+            .with_context(|| format!("cannot run {} check", self.agent.display()))?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = self.out.join(format!("check-{}.log", self.index));
+        fs::write(&path, &text).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok((out.status.to_string(), text))
     }
 
     /// Runs the traffic generator towards every other guest; meanwhile, if asked, changes the
@@ -161,10 +207,12 @@ impl GuestArgs {
     }
 }
 
-/// Loads virtio-net (virtme-ng's initramfs does not), names the guest's address on the first
-/// NIC and brings it up; returns the NIC's name.
+/// Loads virtio-net (virtme-ng's initramfs does not; the arm64 guest's `/init` did), names the
+/// guest's address on the first NIC and brings it up; returns the NIC's name.
 fn bring_up_nic(k: usize) -> anyhow::Result<String> {
-    let _ = Command::new("modprobe").arg("virtio_net").status();
+    if !Path::new("/sys/module/virtio_net").exists() {
+        let _ = Command::new("modprobe").arg("virtio_net").status();
+    }
     let deadline = Instant::now() + Duration::from_secs(10);
     let nic = loop {
         let found = fs::read_dir("/sys/class/net")?

@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::cache::{Kernel, Toolkit};
+use super::cache::{GuestArch, Kernel, Toolkit};
+use super::initramfs;
+use super::lab::{GuestBinaries, LabBinaries};
 use super::qemu::{Vm, VmSpec};
 use super::report::GuestReport;
 use super::tscpage::{GlobalWord, PAGE_BYTES, SlotWord, TscPage};
 use super::{LabOptions, SlewPlan};
-use crate::Binaries;
 use crate::interrupt::interrupted;
 
 /// What the host collected once the guests powered off.
@@ -32,7 +33,7 @@ pub struct Collected {
 /// a guest takes too long.
 pub fn boot_and_run(
     options: &LabOptions,
-    binaries: &Binaries,
+    binaries: &LabBinaries,
     toolkit: &Toolkit,
     kernels: &[&Kernel],
     out: &Path,
@@ -40,23 +41,45 @@ pub fn boot_and_run(
 ) -> anyhow::Result<Collected> {
     let page = HostPage::create(options.guests)?;
     let tmp = Scratch::create(out.join("vng-tmp"))?;
+    // The arm64 guests' initramfs files, removed with the folder.
+    let initrds = Scratch::create(out.join("initramfs"))?;
     let hub_port = 40_000 + (std::process::id() % 20_000) as u16;
     let mut vms = Vec::new();
     for (k, kernel) in kernels.iter().enumerate() {
-        vms.push(Vm::boot(
-            toolkit,
-            VmSpec {
-                name: format!("guest-{k}"),
-                kernel: &kernel.image,
-                hub_port,
-                mac: format!("52:54:00:77:00:{:02x}", k + 1),
-                page: &page.path,
-                out,
-                exec: guest_command(options, binaries, k, plan, out),
-                log: out.join(format!("vm-{k}.log")),
-                tmp: &tmp.0,
-            },
-        )?);
+        let inside = binaries.inside(kernel.arch)?;
+        let spec = VmSpec {
+            name: format!("guest-{k}"),
+            kernel: &kernel.image,
+            hub_port,
+            mac: format!("52:54:00:77:00:{:02x}", k + 1),
+            page: &page.path,
+            out,
+            exec: guest_command(options, &inside, k, plan, out),
+            log: out.join(format!("vm-{k}.log")),
+            tmp: &tmp.0,
+        };
+        vms.push(match kernel.arch {
+            GuestArch::Amd64 => Vm::boot(toolkit, spec)?,
+            GuestArch::Arm64 => {
+                let built = binaries.of(GuestArch::Arm64)?;
+                let initrd = initrds.0.join(format!("guest-{k}.cpio"));
+                initramfs::write(
+                    &initrd,
+                    &initramfs::Contents {
+                        busybox: binaries
+                            .arm64_busybox
+                            .as_deref()
+                            .context("no busybox for the arm64 guest")?,
+                        kernel,
+                        agent: &built.agent,
+                        lab: &built.lab,
+                        out,
+                        exec: &spec.exec,
+                    },
+                )?;
+                Vm::boot_arm64(spec, &initrd)?
+            }
+        });
     }
     let patience = Duration::from_secs_f64(240.0 + 3.0 * options.duration);
     let deadline = Instant::now() + patience;
@@ -94,6 +117,7 @@ pub fn boot_and_run(
         leftovers.push(format!("virtme-ng's files in {}", tmp.0.display()));
     }
     drop(tmp);
+    drop(initrds);
     let path = page.path.clone();
     let helper = page.close();
     if path.exists() {
@@ -105,11 +129,12 @@ pub fn boot_and_run(
     Ok(Collected { reports, leftovers })
 }
 
-/// The shell command guest `k` runs (virtme-ng's `--exec`): `tsync-lab guest` from the host's
-/// file system, its output into `guest-K.log`.
+/// The shell command guest `k` runs (virtme-ng's `--exec`, the arm64 guest's `/exec.sh`):
+/// `tsync-lab guest` (from the host's file system or the initramfs), its output into
+/// `guest-K.log`.
 pub fn guest_command(
     options: &LabOptions,
-    binaries: &Binaries,
+    binaries: &GuestBinaries,
     k: usize,
     plan: SlewPlan,
     out: &Path,

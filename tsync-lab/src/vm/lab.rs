@@ -7,18 +7,19 @@ use std::time::Instant;
 use anyhow::{Context, bail, ensure};
 use rand::{Rng, SeedableRng};
 
-use super::cache::{self, Kernel};
+use super::cache::{self, GuestArch, Kernel, KernelSpec};
 use super::checks::{self, LabOutcome};
 use super::host;
 use super::tscpage::MAX_GUESTS;
-use crate::{Binaries, Offloads};
+use crate::Offloads;
 
 /// Options of the lab.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LabOptions {
-    /// Kernel series (Debian's plain amd64 flavour), assigned to the guests in turn.
-    #[arg(long, value_delimiter = ',', default_value = "6.1,6.12")]
-    pub kernels: Vec<String>,
+    /// Kernel series (Debian's plain amd64 flavour; `arm64:SERIES` for an arm64 guest under
+    /// qemu-system-aarch64), assigned to the guests in turn.
+    #[arg(long, value_delimiter = ',', default_value = "6.1,6.12,arm64:6.12")]
+    pub kernels: Vec<KernelSpec>,
     /// Number of guests (guest-0 is the reference).
     #[arg(long, default_value_t = 3)]
     pub guests: usize,
@@ -35,6 +36,48 @@ pub struct LabOptions {
     /// the kernel sets them (`kernel`: virtio-net over QEMU's hub has TSO off, GSO and GRO on).
     #[arg(long, value_enum, default_value = "kernel")]
     pub offloads: Offloads,
+}
+
+/// The static (dist) binaries guests of one architecture run.
+#[derive(Clone, Debug)]
+pub struct GuestBinaries {
+    /// `tsync-agent`.
+    pub agent: PathBuf,
+    /// `tsync-lab` built without its `host` feature (the guest program).
+    pub lab: PathBuf,
+}
+
+/// What the guests run, per architecture (None: not built, no guest of it).
+#[derive(Clone, Debug, Default)]
+pub struct LabBinaries {
+    pub x86_64: Option<GuestBinaries>,
+    pub aarch64: Option<GuestBinaries>,
+    /// Debian's static busybox for arm64 (the lab fetches it when an arm64 guest runs).
+    pub arm64_busybox: Option<PathBuf>,
+}
+
+impl LabBinaries {
+    /// The binaries on the host's file system for `arch`'s guests.
+    pub fn of(&self, arch: GuestArch) -> anyhow::Result<&GuestBinaries> {
+        match arch {
+            GuestArch::Amd64 => self.x86_64.as_ref(),
+            GuestArch::Arm64 => self.aarch64.as_ref(),
+        }
+        .with_context(|| format!("no {} binaries were built", arch.machine()))
+    }
+
+    /// Where `arch`'s guests find them: the host's paths (x86_64 guests mount its root file
+    /// system), or the initramfs's (arm64).
+    pub fn inside(&self, arch: GuestArch) -> anyhow::Result<GuestBinaries> {
+        let built = self.of(arch)?;
+        Ok(match arch {
+            GuestArch::Amd64 => built.clone(),
+            GuestArch::Arm64 => GuestBinaries {
+                agent: "/bin/tsync-agent".into(),
+                lab: "/bin/tsync-lab".into(),
+            },
+        })
+    }
 }
 
 /// The slew a seed picks.
@@ -99,18 +142,30 @@ impl Lab {
         })
     }
 
-    /// Runs the lab: fetches virtme-ng and the kernels into the cache, then asks `build` for the
-    /// binaries (the guests run them from the host's file system), boots the guests, prints the
-    /// report and `lab: N passed, M failed`, and fails if any check did.
-    pub fn run(self, build: impl FnOnce() -> anyhow::Result<Binaries>) -> anyhow::Result<()> {
+    /// Runs the lab: fetches virtme-ng, the kernels (and for an arm64 guest busybox) into the
+    /// cache, then asks `build` for the static binaries of the architectures the guests need
+    /// (x86_64 guests run them from the host's file system, arm64 guests from their
+    /// initramfs), boots the guests, prints the report and `lab: N passed, M failed`, and fails
+    /// if any check did.
+    pub fn run(
+        self,
+        build: impl FnOnce(&[GuestArch]) -> anyhow::Result<LabBinaries>,
+    ) -> anyhow::Result<()> {
         let o = &self.options;
         let cache_dir = self.target.join("lab-cache");
         let toolkit = cache::Toolkit::ensure(&cache_dir)?;
         let mut kernels = Vec::new();
-        for series in &o.kernels {
-            kernels.push(cache::kernel(&cache_dir, series)?);
+        for spec in &o.kernels {
+            kernels.push(cache::kernel(&cache_dir, spec)?);
         }
-        let binaries = &build()?;
+        let mut arches: Vec<GuestArch> = kernels.iter().map(|k| k.arch).collect();
+        arches.sort_by_key(|a| a.debian());
+        arches.dedup();
+        let mut binaries = build(&arches)?;
+        if arches.contains(&GuestArch::Arm64) {
+            binaries.arm64_busybox = Some(cache::arm64_busybox(&cache_dir)?);
+        }
+        let binaries = &binaries;
         let seed = o.seed.unwrap_or_else(rand::random);
         let out = o
             .out
@@ -144,6 +199,7 @@ impl Lab {
             out: &out,
             reports: collected.reports,
             kernels: assigned.iter().map(|k| k.series.clone()).collect(),
+            arches: assigned.iter().map(|k| k.arch).collect(),
             slewed: plan.guest,
             slew_ppm: plan.ppm,
             leftovers: collected.leftovers,
@@ -218,12 +274,31 @@ impl Lab {
                 c.detail
             ));
         }
+        text.push_str(&agent_checks(outcome));
         Ok(Report {
             text,
             checks: checks.len(),
             failed: checks.iter().filter(|c| !c.passed).count(),
         })
     }
+}
+
+/// What `tsync-agent check` printed in each guest, as a user would see it on a node.
+fn agent_checks(outcome: &LabOutcome<'_>) -> String {
+    let mut text = String::new();
+    for (k, r) in outcome.reports.iter().enumerate() {
+        let Ok(r) = r else { continue };
+        let Some((status, output)) = &r.agent_check else {
+            continue;
+        };
+        text.push_str(&format!(
+            "\n`tsync-agent check` on guest-{k} ({} {}): {status}\n\n```text\n{}\n```\n",
+            r.arch,
+            r.kernel,
+            output.trim_end()
+        ));
+    }
+    text
 }
 
 /// The report's text and the checks' counts.

@@ -1,8 +1,9 @@
 //! The VM lab (`cargo xtask lab`): tsync on real, separate kernels with clocks of their own, and a
 //! ground truth.
 //!
-//! Three guests (Debian's 6.1 and 6.12 kernels, cached by [`cache`]) boot under QEMU's TCG with
-//! virtme-ng ([`qemu`]), on one multicast hub. Each runs `tsync-lab guest` ([`guest`]): an agent
+//! Three guests (Debian's 6.1 and 6.12 kernels for amd64 and arm64, cached by [`cache`]) boot
+//! under QEMU's TCG — the x86_64 ones with virtme-ng, the arm64 one from an [`initramfs`] of its
+//! own ([`qemu`]) — on one multicast hub. Each runs `tsync-lab guest` ([`guest`]): an agent
 //! records while the traffic generator talks TCP to the other guests, and one guest's clock is
 //! slewed with `adjtimex` partway ([`clocks`]). The host serves a shared page ([`tscpage`]) through
 //! which every guest measures its TSC against the host's — the ground truth ([`truth`]) — and
@@ -24,6 +25,8 @@ pub mod checks;
 #[cfg(feature = "host")]
 pub mod host;
 #[cfg(feature = "host")]
+pub mod initramfs;
+#[cfg(feature = "host")]
 pub mod lab;
 #[cfg(feature = "host")]
 pub mod qemu;
@@ -31,6 +34,6 @@ pub mod qemu;
 pub mod truth;
 
 #[cfg(feature = "host")]
-pub use cache::DEBIAN_PACKAGES;
+pub use cache::{DEBIAN_PACKAGES, FOREIGN_ARCH, GuestArch};
 #[cfg(feature = "host")]
-pub use lab::{Lab, LabOptions, SlewPlan};
+pub use lab::{GuestBinaries, Lab, LabBinaries, LabOptions, SlewPlan};

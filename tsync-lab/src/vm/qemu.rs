@@ -1,12 +1,14 @@
 //! One guest: virtme-ng booting a cached kernel under QEMU's TCG with the host's root file system
-//! over 9p, a NIC on the lab's multicast hub and the shared TSC page, running one command.
+//! over 9p, a NIC on the lab's multicast hub and the shared TSC page, running one command — or,
+//! for the arm64 guest, `qemu-system-aarch64` booting Debian's arm64 kernel with an initramfs of
+//! its own ([`super::initramfs`]), the same NIC and page, and the output folder over 9p.
 //!
 //! virtme-ng, its shell and QEMU run in a process group of their own, so that the whole guest can
 //! be killed at once — on drop, whether the lab failed, panicked or was interrupted — and checked
 //! to be gone afterwards.
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -35,6 +37,22 @@ pub struct VmSpec<'a> {
     pub tmp: &'a Path,
 }
 
+impl VmSpec<'_> {
+    /// QEMU's options for the NIC on the hub and the shared page, as every guest has them.
+    fn hub_and_page(&self) -> String {
+        format!(
+            "-netdev socket,id=hub,mcast=230.0.0.1:{port},localaddr=127.0.0.1 \
+             -device virtio-net-pci,netdev=hub,mac={mac} \
+             -object memory-backend-file,id=tscpage,share=on,mem-path={page},size={size} \
+             -device ivshmem-plain,memdev=tscpage -overcommit mem-lock=on",
+            port = self.hub_port,
+            mac = self.mac,
+            page = self.page.display(),
+            size = super::tscpage::PAGE_BYTES,
+        )
+    }
+}
+
 /// A booted guest; killed with its whole process group on drop unless it has exited.
 pub struct Vm {
     pub name: String,
@@ -44,19 +62,9 @@ pub struct Vm {
 }
 
 impl Vm {
+    /// An x86_64 guest: virtme-ng with the host's root file system.
     pub fn boot(toolkit: &Toolkit, spec: VmSpec<'_>) -> anyhow::Result<Vm> {
-        let qemu_opts = format!(
-            "--qemu-opts=-netdev socket,id=hub,mcast=230.0.0.1:{port},localaddr=127.0.0.1 \
-             -device virtio-net-pci,netdev=hub,mac={mac} \
-             -object memory-backend-file,id=tscpage,share=on,mem-path={page},size={size} \
-             -device ivshmem-plain,memdev=tscpage -overcommit mem-lock=on",
-            port = spec.hub_port,
-            mac = spec.mac,
-            page = spec.page.display(),
-            size = super::tscpage::PAGE_BYTES,
-        );
-        let log = File::create(&spec.log)
-            .with_context(|| format!("cannot create {}", spec.log.display()))?;
+        let qemu_opts = format!("--qemu-opts={}", spec.hub_and_page());
         let mut cmd = toolkit.vng();
         cmd.arg("-r")
             .arg(spec.kernel)
@@ -67,8 +75,51 @@ impl Vm {
             .arg(qemu_opts)
             .arg("--exec")
             .arg(&spec.exec)
-            .env("TMPDIR", spec.tmp)
-            .stdin(Stdio::null())
+            .env("TMPDIR", spec.tmp);
+        Vm::spawn(cmd, spec.name, &spec.log, "virtme-ng")
+    }
+
+    /// An arm64 guest: `qemu-system-aarch64` (TCG, `virt` machine) with `initrd` as its whole
+    /// system ([`super::initramfs`], which runs `spec.exec`) and the output folder over 9p.
+    pub fn boot_arm64(spec: VmSpec<'_>, initrd: &Path) -> anyhow::Result<Vm> {
+        let mut cmd = Command::new("qemu-system-aarch64");
+        // cortex-a57: `-cpu max` adds pointer authentication, which TCG emulates slowly.
+        cmd.args([
+            "-M",
+            "virt",
+            "-cpu",
+            "cortex-a57",
+            "-smp",
+            "1",
+            "-m",
+            "768M",
+        ])
+        .args(["-display", "none", "-serial", "stdio", "-monitor", "none"])
+        .args(["-no-reboot", "-name", &spec.name])
+        .arg("-kernel")
+        .arg(spec.kernel)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", "console=ttyAMA0 panic=-1 quiet"])
+        .args(spec.hub_and_page().split_whitespace())
+        .arg("-fsdev")
+        .arg(format!(
+            "local,id=out,path={},security_model=none",
+            spec.out.display()
+        ))
+        .arg("-device")
+        .arg(format!(
+            "virtio-9p-pci,fsdev=out,mount_tag={}",
+            super::initramfs::OUT_TAG
+        ));
+        Vm::spawn(cmd, spec.name, &spec.log, "qemu-system-aarch64")
+    }
+
+    /// Starts `cmd` (output into `log`) in a process group of its own, ahead of the host's
+    /// other work.
+    fn spawn(mut cmd: Command, name: String, log: &Path, what: &str) -> anyhow::Result<Vm> {
+        let log = File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
+        cmd.stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
@@ -84,10 +135,10 @@ impl Vm {
         };
         let child = cmd
             .spawn()
-            .with_context(|| format!("cannot start virtme-ng for {}", spec.name))?;
+            .with_context(|| format!("cannot start {what} for {name}"))?;
         let pgid = child.id() as i32;
         Ok(Vm {
-            name: spec.name,
+            name,
             child,
             pgid,
             status: None,

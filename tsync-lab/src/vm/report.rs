@@ -2,7 +2,7 @@
 //! program, read by the host's checks. The guest never decides whether the lab passed.
 use serde::{Deserialize, Serialize};
 
-use super::tscpage::OffsetBracket;
+use super::tscpage::{Handshake, OffsetBracket};
 
 /// The guests' subnet on the multicast hub: guest k's address.
 pub fn address(k: usize) -> String {
@@ -24,6 +24,9 @@ pub struct ClockPair {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct GuestReport {
     pub index: usize,
+    /// The guest's architecture (`uname -m`); reports without it came from x86_64 guests.
+    #[serde(default = "x86_64")]
+    pub arch: String,
     pub kernel: String,
     pub clocksource: String,
     /// TSC offset from the host's, before the traffic and after it.
@@ -31,6 +34,14 @@ pub struct GuestReport {
     pub offset_end: OffsetBracket,
     /// TSC ticks per second of CLOCK_MONOTONIC_RAW (from the first and last pair).
     pub tsc_hz: f64,
+    /// On a guest whose counter is not the host's TSC (aarch64): a handshake every
+    /// [`HANDSHAKE_EVERY`] from before the agent started until after it stopped, through which
+    /// a line maps the counter onto the host's TSC. Empty on x86_64 guests.
+    #[serde(default)]
+    pub handshakes: Vec<Handshake>,
+    /// `tsync-agent check`'s exit status and output, run before recording.
+    #[serde(default)]
+    pub agent_check: Option<(String, String)>,
     /// Every 10 ms, from before the agent started until after it stopped.
     pub pairs: Vec<ClockPair>,
     /// The adjtimex frequency (ppm) before and after the slew, and when (CLOCK_MONOTONIC ns).
@@ -45,6 +56,13 @@ pub struct GuestReport {
     pub exchanges: u64,
     /// The NIC's offload features as the kernel reports them.
     pub offloads: Vec<String>,
+}
+
+/// How often an aarch64 guest measures its counter against the host's TSC.
+pub const HANDSHAKE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+fn x86_64() -> String {
+    "x86_64".into()
 }
 
 /// An `adjtimex` frequency change, as applied.

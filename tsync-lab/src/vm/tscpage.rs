@@ -165,6 +165,18 @@ impl TscPage {
         tries: usize,
         timeout: std::time::Duration,
     ) -> anyhow::Result<OffsetBracket> {
+        self.measure_handshake(k, tries, timeout)
+            .map(Handshake::offset)
+    }
+
+    /// Guest side: the tightest of `tries` handshakes (the guest's counter read before and after
+    /// the host read its TSC), or an error when the host does not answer within `timeout`.
+    pub fn measure_handshake(
+        &self,
+        k: usize,
+        tries: usize,
+        timeout: std::time::Duration,
+    ) -> anyhow::Result<Handshake> {
         self.slot(k, SlotWord::Session).store(1, Ordering::Release);
         let result = self.handshakes(k, tries, timeout);
         self.slot(k, SlotWord::Session).store(0, Ordering::Release);
@@ -176,9 +188,9 @@ impl TscPage {
         k: usize,
         tries: usize,
         timeout: std::time::Duration,
-    ) -> anyhow::Result<OffsetBracket> {
+    ) -> anyhow::Result<Handshake> {
         let start = std::time::Instant::now();
-        let mut best: Option<OffsetBracket> = None;
+        let mut best: Option<Handshake> = None;
         let mut nonce = self.slot(k, SlotWord::Response).load(Ordering::Acquire);
         for _ in 0..tries {
             nonce += 1;
@@ -194,18 +206,37 @@ impl TscPage {
                 }
                 std::hint::spin_loop();
             }
-            let h = self.slot(k, SlotWord::HostTsc).load(Ordering::Acquire);
+            let host = self.slot(k, SlotWord::HostTsc).load(Ordering::Acquire);
             let g2 = tsc();
-            let b = OffsetBracket {
-                lo: g1 as i128 - h as i128,
-                hi: g2 as i128 - h as i128,
-                guest_tsc: g2,
-            };
-            if best.is_none_or(|o| b.width() < o.width()) {
-                best = Some(b);
+            let h = Handshake { g1, host, g2 };
+            if best.is_none_or(|b| h.g2 - h.g1 < b.g2 - b.g1) {
+                best = Some(h);
             }
         }
         best.ok_or_else(|| anyhow::anyhow!("no handshake tried"))
+    }
+}
+
+/// One handshake: the host read its TSC (`host`) while the guest's counter went from `g1` to
+/// `g2`. On an x86_64 guest the counter is the host's TSC plus a constant ([`Handshake::offset`]);
+/// on an aarch64 guest it is QEMU's virtual clock (the host's CLOCK_MONOTONIC) in generic-timer
+/// ticks, another rate: a line through handshakes over the run maps it onto the host's TSC
+/// ([`super::report::GuestReport::handshakes`]).
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct Handshake {
+    pub g1: u64,
+    pub host: u64,
+    pub g2: u64,
+}
+
+impl Handshake {
+    /// Guest TSC − host TSC as a bracket (meaningful where both count the same ticks).
+    pub fn offset(self) -> OffsetBracket {
+        OffsetBracket {
+            lo: self.g1 as i128 - self.host as i128,
+            hi: self.g2 as i128 - self.host as i128,
+            guest_tsc: self.g2,
+        }
     }
 }
 
@@ -234,11 +265,13 @@ impl OffsetBracket {
     }
 }
 
-/// The time stamp counter of the CPU this runs on, read once every earlier instruction has
-/// completed (`lfence; rdtsc`, as the kernel's `rdtsc_ordered`): a bare `rdtsc` may execute
+/// The CPU's counter, read once every earlier instruction has completed. On x86_64 the time
+/// stamp counter (`lfence; rdtsc`, as the kernel's `rdtsc_ordered`): a bare `rdtsc` may execute
 /// before the load that saw the other side's word, and the bracket would then exclude the truth
-/// (measured on this host: [−286, −52] ticks around a true 0). The lab needs x86_64: `cargo xtask
-/// lab` refuses to start elsewhere.
+/// (measured on this host: [−286, −52] ticks around a true 0). On aarch64 (the lab's arm64
+/// guest) the generic timer's virtual count, `isb; mrs cntvct_el0` (as the kernel's
+/// `arch_timer_read_cntvct_el0`). The lab's host is x86_64: `cargo xtask lab` refuses to start
+/// elsewhere.
 #[inline]
 pub fn tsc() -> u64 {
     #[cfg(target_arch = "x86_64")]
@@ -247,8 +280,18 @@ pub fn tsc() -> u64 {
         core::arch::x86_64::_mm_lfence();
         core::arch::x86_64::_rdtsc()
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("the lab runs on x86_64 only")
+    #[cfg(target_arch = "aarch64")]
+    {
+        let count: u64;
+        // SAFETY: reads a system register (readable at EL0 on Linux), no memory access.
+        unsafe {
+            core::arch::asm!("isb", "mrs {}, cntvct_el0", out(reg) count,
+                             options(nostack, preserves_flags));
+        }
+        count
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    unreachable!("the lab's guests are x86_64 or aarch64")
 }
 
 #[cfg(test)]

@@ -126,6 +126,21 @@ pub fn build_binaries(arch: Arch) -> Result<()> {
     })
 }
 
+/// Builds the VM lab's guest program for `arch` as the dist binaries are built (same profile,
+/// target and compilers; without the crate's `host` feature, which only the lab's host needs)
+/// and checks that it is static; its path. Not shipped: the lab's guests run it beside the
+/// tarball's agent.
+pub fn build_lab_guest(arch: Arch) -> Result<PathBuf> {
+    let mut cmd = cargo();
+    cmd.args(["build", "--profile", PROFILE, "--target", arch.triple()])
+        .args(["-p", "tsync-lab", "--no-default-features"])
+        .envs(arch.compiler_env());
+    run(&mut cmd).with_context(|| format!("building tsync-lab for {} failed", arch.triple()))?;
+    let binary = built_binary(arch, "tsync-lab");
+    check_static(arch, &binary)?;
+    Ok(binary)
+}
+
 /// A staged tarball folder, checked.
 pub struct Staged {
     pub dir: PathBuf,

@@ -11,6 +11,7 @@ fn report(k: usize, kernel: &str, slew: Option<f64>) -> GuestReport {
     };
     GuestReport {
         index: k,
+        arch: "x86_64".into(),
         kernel: kernel.into(),
         clocksource: "tsc".into(),
         offset_start: bracket,
@@ -20,6 +21,8 @@ fn report(k: usize, kernel: &str, slew: Option<f64>) -> GuestReport {
             guest_tsc: 1,
         },
         tsc_hz: 2e9,
+        handshakes: Vec::new(),
+        agent_check: Some(("exit status: 0".into(), "ok".into())),
         pairs: vec![ClockPair {
             t1: 0,
             mono: 0,
@@ -45,6 +48,7 @@ fn outcome(dir: &Path, reports: Vec<Result<GuestReport, String>>) -> LabOutcome<
     LabOutcome {
         out: dir,
         kernels: vec!["6.1".into(), "6.12".into(), "6.1".into()][..reports.len()].to_vec(),
+        arches: vec![GuestArch::Amd64; reports.len()],
         reports,
         slewed: 1,
         slew_ppm: 334.0,
@@ -117,12 +121,40 @@ fn without_traces_the_agents_and_the_synchronization_fail_and_the_rest_is_still_
 fn an_agent_passes_only_on_the_kernel_asked_for_with_nothing_lost_or_left() {
     let file = Path::new("/nonexistent/guest-0.tsync");
     let good = Ok(report(0, "6.12.117+deb12-amd64", None));
-    let c = agent_check(0, &good, "6.1", file);
-    assert_eq!(c.name, "guest-0: agent recorded on Linux 6.1");
+    let c = agent_check(0, &good, "6.1", GuestArch::Amd64, file);
+    assert_eq!(
+        c.name,
+        "guest-0: agent checked the node and recorded on Linux 6.1 x86_64"
+    );
     assert!(!c.passed, "6.12 is not 6.1: {}", c.detail);
     assert!(
+        c.detail.starts_with(
+            "x86_64 kernel 6.12.117+deb12-amd64, `tsync-agent check` exit status: 0, 7000 \
+             events, 0 lost"
+        ),
+        "{}",
         c.detail
-            .starts_with("kernel 6.12.117+deb12-amd64, 7000 events, 0 lost")
+    );
+}
+
+#[test]
+fn an_agent_fails_on_another_architecture_or_when_its_check_failed() {
+    let file = Path::new("/nonexistent/guest-0.tsync");
+    let good = Ok(report(0, "6.12.117+deb12-arm64", None));
+    let c = agent_check(0, &good, "6.12", GuestArch::Arm64, file);
+    assert!(
+        !c.passed && c.detail.starts_with("x86_64 kernel"),
+        "{}",
+        c.detail
+    );
+    let mut r = report(0, "6.12.117+deb12-arm64", None);
+    r.arch = "aarch64".into();
+    r.agent_check = Some(("exit status: 1".into(), "FAIL btf".into()));
+    let c = agent_check(0, &Ok(r), "6.12", GuestArch::Arm64, file);
+    assert!(
+        !c.passed && c.detail.contains("check` exit status: 1"),
+        "{}",
+        c.detail
     );
 }
 

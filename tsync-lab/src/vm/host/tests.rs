@@ -10,7 +10,7 @@ use crate::vm::tscpage::tsc;
 
 fn options(offloads: Offloads) -> LabOptions {
     LabOptions {
-        kernels: vec!["6.1".into()],
+        kernels: vec!["6.1".parse().unwrap()],
         guests: 3,
         duration: 12.0,
         seed: None,
@@ -19,10 +19,9 @@ fn options(offloads: Offloads) -> LabOptions {
     }
 }
 
-fn binaries() -> Binaries {
-    Binaries {
+fn binaries() -> GuestBinaries {
+    GuestBinaries {
         agent: "/w/target/release/tsync-agent".into(),
-        analyzer: "/w/target/release/tsync-analyze".into(),
         lab: "/w/target/release/tsync-lab".into(),
     }
 }
