@@ -91,7 +91,9 @@ pub const CHUNK_LIST: &[u8] = b"CHUNKS";
 pub const CHUNK_LIST_V1: &[u8] = b"CHUNKSv1";
 /// Start of a chunk list that describes a version 2 trace file.
 pub const CHUNK_LIST_V2: &[u8] = b"CHUNKSv2";
-/// Chunk kinds of format version 3 whose payload is zstd over columns.
+/// Start of a chunk list that describes a version 3 trace file (time differences as varints).
+pub const CHUNK_LIST_V3: &[u8] = b"CHUNKSv3";
+/// Chunk kinds of format versions 3 and 4 whose payload is zstd over columns.
 pub const PACKED_KINDS: [u8; 2] = [8, 9];
 /// What comes before every chunk of such a list.
 pub const CHUNK_SEPARATOR: &[u8] = b"\xc4\xc4\xc4\xc4";
@@ -100,12 +102,12 @@ pub const CHUNK_SEPARATOR: &[u8] = b"\xc4\xc4\xc4\xc4";
 /// [`CHUNK_LIST`]:
 ///
 /// ```text
-/// "CHUNKS", "CHUNKSv2" or "CHUNKSv1" then, per chunk: separator 0xC4C4C4C4 | kind (1 byte)
+/// "CHUNKS", "CHUNKSv3", "CHUNKSv2" or "CHUNKSv1" then, per chunk: separator 0xC4C4C4C4 | kind (1 byte)
 /// | payload
 /// ```
 ///
 /// The file gets the current version's preamble ([`CHUNK_LIST_V1`]: version 1's,
-/// [`CHUNK_LIST_V2`]: version 2's), and every chunk its length, checksum, record count (the
+/// [`CHUNK_LIST_V2`]: version 2's, [`CHUNK_LIST_V3`]: version 3's), and every chunk its length, checksum, record count (the
 /// whole records in the payload for raw events and clock samples, 1 otherwise) and padding. The
 /// compressed chunks of version 3 ([`PACKED_KINDS`]) are listed uncompressed, as `record count
 /// u32 | columns`, and compressed here: the fuzzer then mutates the columns, which a mutation of
@@ -118,6 +120,8 @@ pub fn build_trace(data: &[u8]) -> Option<Vec<u8>> {
         (1u32, rest)
     } else if let Some(rest) = data.strip_prefix(CHUNK_LIST_V2) {
         (2, rest)
+    } else if let Some(rest) = data.strip_prefix(CHUNK_LIST_V3) {
+        (3, rest)
     } else {
         (tsync_common::format::VERSION, data.strip_prefix(CHUNK_LIST)?)
     };

@@ -35,6 +35,8 @@ pub enum ClockRecord {
 /// The running sampler thread. Dropping it stops the thread.
 pub struct Sampler {
     records: Receiver<ClockRecord>,
+    /// The scheduling the thread got (sent once, as it starts).
+    priority: Receiver<Priority>,
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -44,14 +46,22 @@ impl Sampler {
     pub fn start(skew: Option<ClockSkew>, period: Duration) -> std::io::Result<Sampler> {
         let (records_tx, records) = mpsc::channel();
         let (stop, stop_rx) = mpsc::channel();
+        let (priority_tx, priority) = mpsc::channel();
         let thread = thread::Builder::new()
             .name("tsync-clock".into())
-            .spawn(move || run(skew, period, &records_tx, &stop_rx))?;
+            .spawn(move || run(skew, period, &records_tx, &stop_rx, &priority_tx))?;
         Ok(Sampler {
             records,
+            priority,
             stop: Some(stop),
             thread: Some(thread),
         })
+    }
+
+    /// The scheduling the thread got; waits for the thread to have asked (it does so first).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn priority(&self) -> Priority {
+        self.priority.recv().unwrap_or(Priority::Normal)
     }
 
     /// The records taken since the last call, oldest first, without waiting.
@@ -81,13 +91,27 @@ impl Drop for Sampler {
     }
 }
 
+/// The scheduling the sampler thread got, best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Priority {
+    /// SCHED_FIFO 1: wakes ahead of every ordinary thread.
+    RealTime,
+    /// An ordinary thread at nice −20: the scheduler favours its wakeups over those of threads
+    /// at nice 0 (what is left when the kernel refuses real-time scheduling, e.g. in a cgroup
+    /// without a real-time budget, while CAP_SYS_NICE still allows a lower nice value).
+    Nice,
+    /// An ordinary thread: on a busy machine its wakeups may come tens of milliseconds late.
+    Normal,
+}
+
 /// Asks for the lowest real-time priority (SCHED_FIFO 1) for the calling thread, so that its
 /// wakeups are not delayed behind busy ordinary threads (on a loaded machine a normal thread can
 /// wake 10 ms late) and its three clock reads are rarely cut into. It runs a few microseconds per
-/// period, so it takes nothing measurable from anyone. Without the privilege (CAP_SYS_NICE, or
-/// an RLIMIT_RTPRIO of 0) it stays an ordinary thread: the period is then kept on average, and a
-/// late wakeup only widens one gap.
-fn ask_for_realtime_priority() {
+/// period, so it takes nothing measurable from anyone. Without it (no CAP_SYS_NICE or an
+/// RLIMIT_RTPRIO of 0; or, with CONFIG_RT_GROUP_SCHED, a cgroup without a real-time budget,
+/// which refuses even root) it asks for nice −20, and failing that stays an ordinary thread:
+/// the period is then kept on average, and a late wakeup widens one gap.
+fn ask_for_priority() -> Priority {
     // musl's sched_param has more fields than glibc's (the SCHED_SPORADIC ones, unused here):
     // start from all zeros, which is valid for both.
     // SAFETY: sched_param is plain old data; all zeros is a valid value.
@@ -96,18 +120,37 @@ fn ask_for_realtime_priority() {
     // SAFETY: `param` is a valid sched_param; pthread_self() is the calling thread.
     let err =
         unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
-    if err != 0 {
-        log::debug!(
-            "clock sampler: no real-time priority ({}); sampling as an ordinary thread",
-            std::io::Error::from_raw_os_error(err)
-        );
+    if err == 0 {
+        return Priority::RealTime;
     }
+    let refused = std::io::Error::from_raw_os_error(err);
+    // On Linux, setpriority(PRIO_PROCESS, 0) sets the nice value of the calling thread only.
+    // SAFETY: plain system call on the calling thread.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) } == 0 {
+        log::info!(
+            "clock sampler: no real-time priority ({refused}); sampling at nice -20 instead"
+        );
+        return Priority::Nice;
+    }
+    log::warn!(
+        "clock sampler: neither real-time priority ({refused}) nor a lower nice value ({}): on a \
+         busy machine clock samples may come late, which widens the analyzer's bounds; run the \
+         agent as root or with CAP_SYS_NICE",
+        std::io::Error::last_os_error()
+    );
+    Priority::Normal
 }
 
 /// The thread: sample, then sleep until the next deadline or until told to stop (the stop
 /// channel's sender is dropped), then one last sample.
-fn run(skew: Option<ClockSkew>, period: Duration, out: &Sender<ClockRecord>, stop: &Receiver<()>) {
-    ask_for_realtime_priority();
+fn run(
+    skew: Option<ClockSkew>,
+    period: Duration,
+    out: &Sender<ClockRecord>,
+    stop: &Receiver<()>,
+    priority: &Sender<Priority>,
+) {
+    let _ = priority.send(ask_for_priority());
     let mut watch = KernelClockWatch::default();
     let mut kernel_readable = true;
     let mut next = Instant::now();
@@ -177,6 +220,42 @@ mod tests {
                 .all(|w| w[1].monotonic_ns > w[0].monotonic_ns
                     && w[1].monotonic_raw_ns > w[0].monotonic_raw_ns)
         );
+    }
+
+    /// Whether a new thread of this process may use SCHED_FIFO (root, CAP_SYS_NICE, or an
+    /// RLIMIT_RTPRIO above 0, and a cgroup with a real-time budget).
+    fn realtime_allowed() -> bool {
+        thread::spawn(|| {
+            // SAFETY: as in ask_for_priority.
+            let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+            param.sched_priority = 1;
+            // SAFETY: as in ask_for_priority.
+            let err = unsafe {
+                libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param)
+            };
+            err == 0
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[test]
+    fn the_sampler_runs_real_time_wherever_the_process_may() {
+        let sampler = Sampler::start(None, Duration::from_secs(3600)).unwrap();
+        let got = sampler.priority();
+        if realtime_allowed() {
+            assert_eq!(got, Priority::RealTime);
+        } else {
+            assert_ne!(
+                got,
+                Priority::RealTime,
+                "the kernel refused it to this process"
+            );
+        }
+        // The thread asked for itself only: this thread is still an ordinary one.
+        // SAFETY: sched_getscheduler(0) reads the calling thread's policy.
+        assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER);
+        drop(sampler);
     }
 
     #[test]

@@ -140,11 +140,12 @@ fn read(file: &[u8]) -> usize {
     n
 }
 
-/// The versions and zstd levels compared: version 2, version 3 at its default level, and
-/// version 3 at a faster and a stronger level.
-const WRITERS: [(&str, u32, Option<i32>); 4] = [
+/// The versions and zstd levels compared: version 2, versions 3 and 4 at their default level,
+/// and version 3 at a faster and a stronger level.
+const WRITERS: [(&str, u32, Option<i32>); 5] = [
     ("v2", 2, None),
     ("v3", 3, None),
+    ("v4", 4, None),
     ("v3 level -1", 3, Some(-1)),
     ("v3 level 9", 3, Some(9)),
 ];

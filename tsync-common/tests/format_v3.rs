@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use tsync_common::PacketEvent;
 use tsync_common::format::{
     ClockSample, Footer, FormatError, Header, LostCounts, MAX_CHUNK_PAYLOAD, TraceReader,
-    TraceWriter,
+    TraceWriter, VERSION,
 };
 
 const EVENTS: u32 = 8;
@@ -58,9 +58,15 @@ fn sample(i: u64) -> ClockSample {
     }
 }
 
-/// 2500 events flushed every 1000 (chunks of 1000, 1000 and 500), with samples and lost counts.
+/// 2500 events flushed every 1000 (chunks of 1000, 1000 and 500), with samples and lost counts,
+/// in the current format version.
 fn small_file() -> Vec<u8> {
-    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    small_file_of(VERSION)
+}
+
+/// [`small_file`] in format `version` (3 or later: compressed columns).
+fn small_file_of(version: u32) -> Vec<u8> {
+    let mut w = TraceWriter::with_version(Vec::new(), &header(), version).unwrap();
     for i in 0..2500u64 {
         w.write_event(&event(i)).unwrap();
         if i % 1000 == 999 || i == 2499 {
@@ -130,14 +136,20 @@ fn payload(bytes: &[u8], at: usize) -> &[u8] {
 }
 
 #[test]
-fn version_3_is_written_as_compressed_chunks_and_reads_back_whole() {
-    let bytes = small_file();
-    assert_eq!(&bytes[8..12], &3u32.to_le_bytes());
+fn versions_3_and_4_are_written_as_compressed_chunks_and_read_back_whole() {
+    for version in [3, VERSION] {
+        compressed_chunks_read_back_whole(version);
+    }
+}
+
+fn compressed_chunks_read_back_whole(version: u32) {
+    let bytes = small_file_of(version);
+    assert_eq!(&bytes[8..12], &version.to_le_bytes());
     assert_eq!(chunks_of(&bytes, EVENTS).len(), 3, "one chunk per flush");
     assert_eq!(chunks_of(&bytes, SAMPLES).len(), 3);
     assert!(chunks_of(&bytes, 2).is_empty() && chunks_of(&bytes, 6).is_empty());
     let (events, r) = read_all(&bytes).unwrap();
-    assert_eq!(r.version(), 3);
+    assert_eq!(r.version(), version);
     assert!(r.samples_bracketed());
     assert_eq!(events.len(), 2500);
     assert!(
@@ -181,6 +193,34 @@ fn a_flush_writes_what_is_pending_as_a_smaller_chunk() {
                 .enumerate()
                 .all(|(i, e)| *e == event(i as u64))
     );
+}
+
+#[test]
+fn whole_chunks_are_written_as_they_come_and_the_rest_waits() {
+    let events: Vec<PacketEvent> = (0..10_000).map(event).collect();
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    w.write_event(&events[0]).unwrap();
+    w.write_events(&events[1..5000]).unwrap();
+    w.write_events(&events[5000..]).unwrap();
+    let bytes = w.finish(&Footer::default()).unwrap();
+    let chunks = chunks_of(&bytes, EVENTS);
+    let count = |at: usize| u32::from_le_bytes(bytes[at + 12..at + 16].try_into().unwrap());
+    let counts: Vec<u32> = chunks.iter().map(|&at| count(at)).collect();
+    assert_eq!(counts, [4096, 4096, 1808]);
+    let (back, r) = read_all(&bytes).unwrap();
+    assert_eq!(r.damage(), None);
+    assert_eq!(back, events);
+    // Nothing pending: whole chunks straight from the slice, the rest buffered.
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    w.write_events(&events).unwrap();
+    assert_eq!(w.events_written(), 10_000);
+    let bytes = w.finish(&Footer::default()).unwrap();
+    let counts: Vec<u32> = chunks_of(&bytes, EVENTS)
+        .iter()
+        .map(|&at| count(at))
+        .collect();
+    assert_eq!(counts, [4096, 4096, 1808]);
+    assert_eq!(read_all(&bytes).unwrap().0, events);
 }
 
 #[test]
@@ -356,6 +396,7 @@ proptest! {
         samples in prop::collection::vec(any::<[u64; 5]>(), 0..60),
         cuts in prop::collection::vec(0usize..300, 0..6),
         level in prop::sample::select(vec![-5, 1, 3]),
+        version in prop::sample::select(vec![3, VERSION]),
     ) {
         let events: Vec<PacketEvent> = raw.iter().map(|b| bytemuck::pod_read_unaligned(b)).collect();
         let samples: Vec<ClockSample> = samples
@@ -368,7 +409,7 @@ proptest! {
                 monotonic_after_ns: s[4],
             })
             .collect();
-        let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+        let mut w = TraceWriter::with_version(Vec::new(), &header(), version).unwrap();
         w.set_compression_level(level).unwrap();
         let mut at = 0;
         let mut cuts = cuts.clone();
@@ -404,6 +445,7 @@ proptest! {
             (0usize..4, any::<u16>(), any::<u32>(), any::<u16>(), 0u8..32, any::<u8>(), any::<bool>()),
             1..400,
         ),
+        version in prop::sample::select(vec![3, VERSION]),
     ) {
         let mut events = Vec::new();
         for (i, &(flow, cpu, seq, len, offsets, flags, jump)) in steps.iter().enumerate() {
@@ -416,7 +458,7 @@ proptest! {
             e.tcp_flags = flags;
             events.push(e);
         }
-        let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+        let mut w = TraceWriter::with_version(Vec::new(), &header(), version).unwrap();
         w.write_events(&events).unwrap();
         let bytes = w.finish(&Footer::default()).unwrap();
         let (back, r) = read_all(&bytes).unwrap();

@@ -26,9 +26,10 @@ pub(super) mod chunk_kind {
     pub const CLOCK_SAMPLES: u32 = 6;
     /// Kernel clock-discipline states (bincode), version 2 on.
     pub const KERNEL_CLOCK: u32 = 7;
-    /// Version 3 events: columns, compressed (`columnar::events`, `compress`).
+    /// Version 3 and 4 events: columns, compressed (`columnar::events`, `compress`); the
+    /// version tells the time section's layout.
     pub const EVENTS_PACKED: u32 = 8;
-    /// Version 3 clock samples: columns, compressed (`columnar::samples`, `compress`).
+    /// Version 3 and 4 clock samples: columns, compressed (`columnar::samples`, `compress`).
     pub const CLOCK_SAMPLES_PACKED: u32 = 9;
 }
 

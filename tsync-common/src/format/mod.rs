@@ -32,8 +32,10 @@
 
 /// First 8 bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"TSYNCTRC";
-/// Format version this build writes and the newest it reads.
-pub const VERSION: u32 = 3;
+/// Format version this build writes and the newest it reads. Version 4 is version 3 with the
+/// event chunks' time differences as byte planes instead of varints (cheaper to encode and
+/// decode, docs/format.md); [`TraceWriter::with_version`] still writes version 3.
+pub const VERSION: u32 = 4;
 /// The oldest version [`TraceWriter::with_version`] still writes (for compatibility tests and
 /// benchmarks against files users already have).
 pub const OLDEST_WRITTEN_VERSION: u32 = 2;

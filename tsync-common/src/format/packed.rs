@@ -2,7 +2,10 @@
 //! ([`compress`]). One type per side, each keeping its buffers and zstd context from chunk to
 //! chunk.
 
-use super::columnar::{self, events::EventEncoder};
+use super::columnar::{
+    self,
+    events::{EventEncoder, TimeLayout},
+};
 use super::compress::{Packer, Unpacker};
 use super::{ClockSample, FormatError, MAX_CHUNK_PAYLOAD};
 use crate::PacketEvent;
@@ -15,10 +18,11 @@ pub(crate) struct PackedWriter {
 }
 
 impl PackedWriter {
-    pub(crate) fn new(level: i32) -> Result<Self, FormatError> {
+    /// A writer of format `version` (3 or later) at zstd `level`.
+    pub(crate) fn new(level: i32, version: u32) -> Result<Self, FormatError> {
         Ok(PackedWriter {
             packer: Packer::new(level)?,
-            encoder: EventEncoder::default(),
+            encoder: EventEncoder::new(TimeLayout::of_version(version)),
             columns: Vec::new(),
         })
     }
@@ -45,12 +49,15 @@ impl PackedWriter {
 /// Decompresses and decodes event and clock-sample chunks.
 pub(crate) struct PackedReader {
     unpacker: Unpacker,
+    layout: TimeLayout,
 }
 
 impl PackedReader {
-    pub(crate) fn new() -> Result<Self, FormatError> {
+    /// A reader of format `version` (3 or later).
+    pub(crate) fn new(version: u32) -> Result<Self, FormatError> {
         Ok(PackedReader {
             unpacker: Unpacker::new()?,
+            layout: TimeLayout::of_version(version),
         })
     }
 
@@ -70,7 +77,7 @@ impl PackedReader {
             columnar::events::MAX_FIXED_BYTES,
         )?;
         let columns = self.unpacker.unpack(payload, limit)?;
-        columnar::events::decode(columns, count as usize, out)
+        columnar::events::decode(columns, count as usize, self.layout, out)
             .map_err(|e| format!("event chunk is unreadable: {e}"))
     }
 

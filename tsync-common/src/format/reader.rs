@@ -115,7 +115,7 @@ impl<R: Read> TraceReader<R> {
             done: false,
             skip: None,
             packed: match version {
-                3.. => Some(PackedReader::new()?),
+                3.. => Some(PackedReader::new(version)?),
                 _ => None,
             },
         };

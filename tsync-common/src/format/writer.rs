@@ -87,7 +87,7 @@ impl<W: Write> TraceWriter<W> {
             events_written: 0,
             version,
             packed: match version {
-                3.. => Some(PackedWriter::new(DEFAULT_LEVEL)?),
+                3.. => Some(PackedWriter::new(DEFAULT_LEVEL, version)?),
                 _ => None,
             },
         };
@@ -115,9 +115,15 @@ impl<W: Write> TraceWriter<W> {
         Ok(())
     }
 
-    /// Buffers events.
+    /// Buffers events. Whole chunks of them are written straight from `events` when nothing is
+    /// pending (the agent hands over full chunks at high rates: no copy of 80 bytes per event).
     pub fn write_events(&mut self, events: &[PacketEvent]) -> Result<(), FormatError> {
         let mut rest = events;
+        while self.events.is_empty() && rest.len() >= EVENTS_PER_CHUNK {
+            let (chunk, later) = rest.split_at(EVENTS_PER_CHUNK);
+            self.write_event_chunk(chunk)?;
+            rest = later;
+        }
         while !rest.is_empty() {
             let room = EVENTS_PER_CHUNK - self.events.len();
             let (now, later) = rest.split_at(room.min(rest.len()));
@@ -212,23 +218,31 @@ impl<W: Write> TraceWriter<W> {
         if self.events.is_empty() {
             return Ok(());
         }
-        let count = self.events.len() as u32;
+        let events = std::mem::take(&mut self.events);
+        let written = self.write_event_chunk(&events);
+        self.events = events;
+        self.events.clear();
+        written
+    }
+
+    /// Writes `events` (at most a chunk's worth) as one event chunk.
+    fn write_event_chunk(&mut self, events: &[PacketEvent]) -> Result<(), FormatError> {
+        let count = events.len() as u32;
         match &mut self.packed {
             Some(p) => write_chunk(
                 &mut self.out,
                 chunk_kind::EVENTS_PACKED,
-                p.events(&self.events)?,
+                p.events(events)?,
                 count,
             )?,
             None => write_chunk(
                 &mut self.out,
                 chunk_kind::EVENTS,
-                bytemuck::cast_slice(&self.events),
+                bytemuck::cast_slice(events),
                 count,
             )?,
         }
         self.events_written += u64::from(count);
-        self.events.clear();
         Ok(())
     }
 }

@@ -196,7 +196,8 @@ fn encode(options: u8, a: &[u8], b: &[u8]) -> Vec<u8> {
 }
 
 /// A trace file as the chunk list the targets rebuild it from (`build_trace` in
-/// `fuzz/src/lib.rs`): `CHUNKS` (`CHUNKSv1` for a version 1 file), then per chunk the separator,
+/// `fuzz/src/lib.rs`): `CHUNKS` (`CHUNKSv1`, `CHUNKSv2`, `CHUNKSv3` for a file of that
+/// version), then per chunk the separator,
 /// its kind as one byte and its payload. Stops at the first chunk cut short.
 fn chunk_list(trace: &[u8]) -> Vec<u8> {
     let mut out = match trace
@@ -205,6 +206,7 @@ fn chunk_list(trace: &[u8]) -> Vec<u8> {
     {
         Some(1) => b"CHUNKSv1".to_vec(),
         Some(2) => b"CHUNKSv2".to_vec(),
+        Some(3) => b"CHUNKSv3".to_vec(),
         _ => b"CHUNKS".to_vec(),
     };
     let mut offset = 16;
@@ -314,7 +316,8 @@ fn with_samples_and_losses(path: &Path, version: u32) -> Result<Vec<u8>> {
 /// (the other seeds are version 3 files as this build writes them): version 2 files and their
 /// chunk lists; a version 3 file cut inside a compressed chunk; version 3 events whose rare
 /// columns are used (UDP payload bytes, CPUs above 255, header lengths above 15, many flows),
-/// written at a strong zstd level (other zstd block types), as a file and as a chunk list.
+/// written at a strong zstd level (other zstd block types), as a file and as a chunk list, in
+/// the current version and in version 3 (whose time differences are varints).
 fn older_and_compressed_seeds(
     rich: &[Vec<u8>],
     rich_v2: &[Vec<u8>],
@@ -359,14 +362,17 @@ fn older_and_compressed_seeds(
             ..Default::default()
         })
         .collect();
-    let mut w = TraceWriter::new(Vec::new(), &tsync_common::format::Header::default())?;
-    w.set_compression_level(19)?;
-    w.write_events(&events[..300])?;
-    w.flush()?;
-    w.write_events(&events[300..])?;
-    let rare = w.finish(&Footer::default())?;
-    seeds.push(("chunks-rare-columns".into(), chunk_list(&rare)));
-    seeds.push(("rare-columns".into(), rare));
+    for (version, suffix) in [(tsync_common::format::VERSION, ""), (3, "-version-3")] {
+        let header = tsync_common::format::Header::default();
+        let mut w = TraceWriter::with_version(Vec::new(), &header, version)?;
+        w.set_compression_level(19)?;
+        w.write_events(&events[..300])?;
+        w.flush()?;
+        w.write_events(&events[300..])?;
+        let rare = w.finish(&Footer::default())?;
+        seeds.push((format!("chunks-rare-columns{suffix}"), chunk_list(&rare)));
+        seeds.push((format!("rare-columns{suffix}"), rare));
+    }
     Ok(seeds)
 }
 

@@ -35,7 +35,7 @@
 //! instruction counts).
 
 use super::flows::{Expect, FlowKey, FlowTable, Flows, FxMap};
-use super::{Column, DecodeError, Section, put_section, put_varint, zigzag};
+use super::{Column, DecodeError, Section, put_section, put_varint, unzigzag, zigzag};
 use crate::PacketEvent;
 
 /// Largest number of columnar bytes one event can take: flow index 4, time 10, cpu 2, length 2,
@@ -46,106 +46,184 @@ pub const MAX_BYTES_PER_EVENT: usize = 4 + 10 + 2 + 2 + 2 + 1 + 5 + 5 + 17 + 46;
 /// Bytes of an encoded chunk besides its events: the flow count and ten section lengths.
 pub const MAX_FIXED_BYTES: usize = 11 * 10;
 
-/// The per-event sections.
+/// The sections of a chunk being encoded: fixed-width ones sized exactly beforehand (written
+/// through iterators, without a length check per byte), varint ones sized for the worst case.
 #[derive(Default)]
 struct Columns {
-    ids: Column,
+    ids: Vec<u8>,
+    /// Time differences as varints (version 3).
     times: Column,
-    cpus: Column,
-    lengths: Column,
-    offsets: Column,
-    flags: Column,
+    /// Time differences as byte planes (version 4 on).
+    time_planes: Vec<u8>,
+    cpus: Vec<u8>,
+    lengths: Vec<u8>,
+    offsets: Vec<u8>,
+    flags: Vec<u8>,
     seqs: Column,
     acks: Column,
     extras: Column,
 }
 
 impl Columns {
-    fn all(&self) -> [&Column; 9] {
+    fn all(&self, layout: TimeLayout) -> [&[u8]; 9] {
         [
             &self.ids,
-            &self.times,
+            match layout {
+                TimeLayout::Varints => self.times.as_slice(),
+                TimeLayout::Planes => &self.time_planes,
+            },
             &self.cpus,
             &self.lengths,
             &self.offsets,
             &self.flags,
-            &self.seqs,
-            &self.acks,
-            &self.extras,
+            self.seqs.as_slice(),
+            self.acks.as_slice(),
+            self.extras.as_slice(),
         ]
     }
 }
 
+/// Empties `column` and fills it with `len` zero bytes, keeping its allocation.
+fn sized(column: &mut Vec<u8>, len: usize) {
+    column.clear();
+    column.resize(len, 0);
+}
+
+/// How the time differences of a chunk are stored: what the file's format version says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeLayout {
+    /// Version 3: one zigzag varint per event.
+    Varints,
+    /// Version 4 on: the zigzag differences as W byte planes (every event's lowest byte, then
+    /// every event's second byte, ...), W the fewest bytes that hold the chunk's largest. Both
+    /// sides handle a plane as a run of bytes (vectorized), with no branch per event; zstd
+    /// sees each byte position's values together (the high planes are mostly zero).
+    Planes,
+}
+
+impl TimeLayout {
+    /// The layout of format `version` (3 or later).
+    pub fn of_version(version: u32) -> Self {
+        if version >= 4 {
+            TimeLayout::Planes
+        } else {
+            TimeLayout::Varints
+        }
+    }
+}
+
 /// Encodes event chunks; keeps its buffers from chunk to chunk.
-#[derive(Default)]
 pub struct EventEncoder {
+    layout: TimeLayout,
     flows: FlowTable,
     ids: Vec<u32>,
+    /// The zigzag time differences of the chunk (planes layout).
+    deltas: Vec<u64>,
     columns: Columns,
 }
 
 impl EventEncoder {
+    /// An encoder writing the time differences in `layout`.
+    pub fn new(layout: TimeLayout) -> Self {
+        EventEncoder {
+            layout,
+            flows: FlowTable::default(),
+            ids: Vec::new(),
+            deltas: Vec::new(),
+            columns: Columns::default(),
+        }
+    }
+
     /// Appends the columnar encoding of `events` to `out`.
     pub fn encode(&mut self, events: &[PacketEvent], out: &mut Vec<u8>) {
         let n = events.len();
         self.flows.clear();
         self.ids.clear();
-        self.ids.extend(events.iter().map(|e| self.flows.id(e)));
+        // One pass: the flows, and whether cpus and offsets fit their narrow widths.
+        let (mut cpus, mut offsets) = (0u16, 0u8);
+        for e in events {
+            self.ids.push(self.flows.id(e));
+            cpus |= e.cpu;
+            offsets |= e.ihl | e.doff;
+        }
         let flow_count = self.flows.keys.len();
-        let narrow_cpu = events.iter().all(|e| e.cpu < 256);
-        let packed_offsets = events.iter().all(|e| e.ihl < 16 && e.doff < 16);
-        let mut flows = Flows::new(&self.flows.keys, &self.flows.index);
-
         let mut c = std::mem::take(&mut self.columns);
         let width = id_width(flow_count);
-        c.ids.start(width * n);
-        for &id in &self.ids {
-            match width {
-                1 => c.ids.byte(id as u8),
-                2 => c.ids.bytes((id as u16).to_le_bytes()),
-                _ => c.ids.bytes(id.to_le_bytes()),
-            }
+        match width {
+            1 => c.ids.extend(self.ids.iter().map(|&id| id as u8)),
+            2 => c
+                .ids
+                .extend(self.ids.iter().flat_map(|&id| (id as u16).to_le_bytes())),
+            _ => c
+                .ids
+                .extend(self.ids.iter().flat_map(|&id| id.to_le_bytes())),
         }
-        c.times.start(10 * n);
-        let mut previous = 0u64;
-        for e in events {
-            c.times
-                .varint(zigzag(e.ts_ns.wrapping_sub(previous) as i64));
-            previous = e.ts_ns;
+        match self.layout {
+            TimeLayout::Varints => time_varints(events, &mut c.times),
+            TimeLayout::Planes => time_planes(events, &mut self.deltas, &mut c.time_planes),
         }
-        for (column, max) in [
-            (&mut c.cpus, 2),
-            (&mut c.lengths, 2),
-            (&mut c.offsets, 2),
-            (&mut c.flags, 1),
-            (&mut c.seqs, 5),
-            (&mut c.acks, 5),
-            (&mut c.extras, 22),
-        ] {
-            column.start(max * n);
+        let mut flows = Flows::new(&self.flows.keys, &self.flows.index);
+        match (cpus < 256, offsets < 16) {
+            (true, true) => self.rows::<1, 1>(events, &mut flows, &mut c),
+            (true, false) => self.rows::<1, 2>(events, &mut flows, &mut c),
+            (false, true) => self.rows::<2, 1>(events, &mut flows, &mut c),
+            (false, false) => self.rows::<2, 2>(events, &mut flows, &mut c),
         }
+        debug_assert_eq!(c.flags.len(), n);
+        put_varint(out, flow_count as u64);
+        for key in &self.flows.keys {
+            key.put(out);
+        }
+        for column in c.all(self.layout) {
+            put_section(out, column);
+        }
+        c.ids.clear();
+        self.columns = c;
+    }
+
+    /// Writes every per-event section but the flow index, for cpu and offsets sections of
+    /// `CPU` and `OFFSETS` bytes per event: one pass over the events.
+    fn rows<const CPU: usize, const OFFSETS: usize>(
+        &self,
+        events: &[PacketEvent],
+        flows: &mut Flows,
+        c: &mut Columns,
+    ) {
+        let n = events.len();
+        sized(&mut c.cpus, CPU * n);
+        sized(&mut c.lengths, 2 * n);
+        sized(&mut c.offsets, OFFSETS * n);
+        sized(&mut c.flags, n);
+        c.seqs.start(5 * n);
+        c.acks.start(5 * n);
+        c.extras.start(22 * n);
+        let rows = events
+            .iter()
+            .zip(&self.ids)
+            .zip(c.cpus.chunks_exact_mut(CPU))
+            .zip(c.lengths.chunks_exact_mut(2))
+            .zip(c.offsets.chunks_exact_mut(OFFSETS))
+            .zip(c.flags.iter_mut())
+            .enumerate();
         let mut extras_next = 0;
-        for (i, (e, &id)) in events.iter().zip(&self.ids).enumerate() {
-            let x = flows.expected(id as usize);
-            let cpu = e.cpu ^ x.cpu;
-            if narrow_cpu {
-                c.cpus.byte(cpu as u8);
-            } else {
-                c.cpus.bytes(cpu.to_le_bytes());
-            }
-            c.lengths.bytes((e.tot_len ^ x.tot_len).to_le_bytes());
+        for (i, (((((e, &id), cpu), len), off), flag)) in rows {
+            let id = id as usize;
+            let x = flows.expected(id);
+            let cpu_bits = (e.cpu ^ x.cpu).to_le_bytes();
+            cpu.copy_from_slice(&cpu_bits[..CPU]);
+            len.copy_from_slice(&(e.tot_len ^ x.tot_len).to_le_bytes());
             let (ihl, doff) = (e.ihl ^ x.ihl, e.doff ^ x.doff);
-            if packed_offsets {
-                c.offsets.byte(ihl | doff << 4);
+            if OFFSETS == 1 {
+                off[0] = ihl | doff << 4;
             } else {
-                c.offsets.bytes([ihl, doff]);
+                off.copy_from_slice(&[ihl, doff][..OFFSETS]);
             }
-            c.flags.byte(e.tcp_flags ^ x.tcp_flags);
+            *flag = e.tcp_flags ^ x.tcp_flags;
             c.seqs
                 .varint(zigzag(i64::from(e.seq.wrapping_sub(x.next_seq) as i32)));
             c.acks
                 .varint(zigzag(i64::from(e.ack_seq.wrapping_sub(x.ack) as i32)));
-            flows.saw(id as usize, e);
+            flows.saw(id, e);
             if e.udp_data != [0; 8] || e.udp_len != 0 || e.reserved != [0; 2] {
                 c.extras.varint((i - extras_next) as u64);
                 extras_next = i + 1;
@@ -154,14 +232,35 @@ impl EventEncoder {
                 c.extras.bytes(e.reserved);
             }
         }
-        put_varint(out, flow_count as u64);
-        for key in &self.flows.keys {
-            key.put(out);
-        }
-        for column in c.all() {
-            put_section(out, column.as_slice());
-        }
-        self.columns = c;
+    }
+}
+
+/// The zigzag difference of each event's time from the one before (the first: from 0).
+fn time_deltas(events: &[PacketEvent]) -> impl Iterator<Item = u64> + '_ {
+    let previous = std::iter::once(0).chain(events.iter().map(|e| e.ts_ns));
+    events
+        .iter()
+        .zip(previous)
+        .map(|(e, p)| zigzag(e.ts_ns.wrapping_sub(p) as i64))
+}
+
+/// The time section of version 3: one varint per event.
+fn time_varints(events: &[PacketEvent], out: &mut Column) {
+    out.start(10 * events.len());
+    for d in time_deltas(events) {
+        out.varint(d);
+    }
+}
+
+/// The time section of version 4: the differences as byte planes, as few as hold the largest.
+fn time_planes(events: &[PacketEvent], deltas: &mut Vec<u64>, out: &mut Vec<u8>) {
+    deltas.clear();
+    deltas.extend(time_deltas(events));
+    let largest = deltas.iter().fold(0, |a, &d| a | d);
+    let width = (64 - (largest | 1).leading_zeros()).div_ceil(8);
+    out.clear();
+    for plane in 0..width {
+        out.extend(deltas.iter().map(|&d| (d >> (8 * plane)) as u8));
     }
 }
 
@@ -175,7 +274,12 @@ fn id_width(flows: usize) -> usize {
 }
 
 /// Decodes the `count` events of an encoded chunk into `out` (replacing its contents).
-pub fn decode(bytes: &[u8], count: usize, out: &mut Vec<PacketEvent>) -> Result<(), DecodeError> {
+pub fn decode(
+    bytes: &[u8],
+    count: usize,
+    layout: TimeLayout,
+    out: &mut Vec<PacketEvent>,
+) -> Result<(), DecodeError> {
     let mut chunk = Section::whole(bytes, "event chunk");
     let f = chunk.varint()?;
     if f > count as u64 || (f == 0 && count > 0) {
@@ -204,13 +308,18 @@ pub fn decode(bytes: &[u8], count: usize, out: &mut Vec<PacketEvent>) -> Result<
     out.clear();
     let templates: Vec<PacketEvent> = keys.iter().map(FlowKey::template).collect();
     out.extend(ids.iter().map(|&id| templates[id as usize]));
-    let mut previous = 0u64;
-    for e in out.iter_mut() {
-        let dt = times.try_signed().ok_or_else(|| times.varint_error())?;
-        previous = previous.wrapping_add(dt as u64);
-        e.ts_ns = previous;
+    match layout {
+        TimeLayout::Varints => {
+            let mut previous = 0u64;
+            for e in out.iter_mut() {
+                let dt = times.try_signed().ok_or_else(|| times.varint_error())?;
+                previous = previous.wrapping_add(dt as u64);
+                e.ts_ns = previous;
+            }
+            times.finish()?;
+        }
+        TimeLayout::Planes => times_from_planes(times.bytes, out)?,
     }
-    times.finish()?;
     let fields = Fixed {
         cpus,
         lengths,
@@ -320,6 +429,50 @@ fn flow_ids(s: Section<'_>, count: usize, flows: usize) -> Result<Vec<u32>, Deco
     Ok(ids)
 }
 
+/// Sets the events' times from a time section of byte planes (version 4).
+fn times_from_planes(bytes: &[u8], out: &mut [PacketEvent]) -> Result<(), DecodeError> {
+    let count = out.len();
+    if count == 0 {
+        return match bytes.len() {
+            0 => Ok(()),
+            n => Err(format!("time section of {n} bytes for 0 events")),
+        };
+    }
+    let width = bytes.len() / count;
+    if !bytes.len().is_multiple_of(count) || !(1..=8).contains(&width) {
+        return Err(format!(
+            "time section of {} bytes for {count} events",
+            bytes.len()
+        ));
+    }
+    match width {
+        1 => times_of::<1>(bytes, out),
+        2 => times_of::<2>(bytes, out),
+        3 => times_of::<3>(bytes, out),
+        4 => times_of::<4>(bytes, out),
+        5 => times_of::<5>(bytes, out),
+        6 => times_of::<6>(bytes, out),
+        7 => times_of::<7>(bytes, out),
+        _ => times_of::<8>(bytes, out),
+    }
+    Ok(())
+}
+
+/// [`times_from_planes`] for `W` planes: one pass, each difference gathered from its `W` bytes.
+fn times_of<const W: usize>(bytes: &[u8], out: &mut [PacketEvent]) {
+    let count = out.len();
+    let planes: [&[u8]; W] = std::array::from_fn(|k| &bytes[k * count..(k + 1) * count]);
+    let mut previous = 0u64;
+    for (i, e) in out.iter_mut().enumerate() {
+        let mut d = 0u64;
+        for (k, plane) in planes.iter().enumerate() {
+            d |= u64::from(plane[i]) << (8 * k);
+        }
+        previous = previous.wrapping_add(unzigzag(d) as u64);
+        e.ts_ns = previous;
+    }
+}
+
 /// The bytes of a fixed-width column of `count` fields, whose width must be one of `widths`.
 fn fixed<'a>(s: Section<'a>, count: usize, widths: &[usize]) -> Result<&'a [u8], DecodeError> {
     if widths.iter().any(|&w| s.bytes.len() == count * w) {
@@ -330,5 +483,44 @@ fn fixed<'a>(s: Section<'a>, count: usize, widths: &[usize]) -> Result<&'a [u8],
             s.what,
             s.bytes.len()
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_planes_of_the_wrong_size_are_errors() {
+        let mut two = vec![PacketEvent::default(); 2];
+        for len in [1, 3, 7, 18] {
+            let err = times_from_planes(&vec![0; len], &mut two).unwrap_err();
+            assert!(err.contains("time section"), "{err}");
+        }
+        assert!(times_from_planes(&[1], &mut []).is_err());
+        times_from_planes(&[], &mut []).unwrap();
+        // Two planes: differences 2 (zigzag 4) and -1 (zigzag 1), high bytes zero.
+        times_from_planes(&[4, 1, 0, 0], &mut two).unwrap();
+        assert_eq!((two[0].ts_ns, two[1].ts_ns), (2, 1));
+    }
+
+    #[test]
+    fn time_planes_are_as_few_as_the_largest_difference_needs() {
+        let mut deltas = Vec::new();
+        let mut out = Vec::new();
+        let at = |ts: &[u64]| -> Vec<PacketEvent> {
+            ts.iter()
+                .map(|&ts_ns| PacketEvent {
+                    ts_ns,
+                    ..PacketEvent::default()
+                })
+                .collect()
+        };
+        time_planes(&at(&[0, 0, 0]), &mut deltas, &mut out);
+        assert_eq!(out.len(), 3, "one plane even when all are zero");
+        time_planes(&at(&[100, 40_000]), &mut deltas, &mut out);
+        assert_eq!(out.len(), 2 * 3, "zigzag 79800 needs three bytes");
+        time_planes(&at(&[1 << 62, 0]), &mut deltas, &mut out);
+        assert_eq!(out.len(), 2 * 8);
     }
 }

@@ -45,12 +45,6 @@ impl Column {
     }
 
     #[inline(always)]
-    pub(crate) fn byte(&mut self, b: u8) {
-        self.buf[self.len] = b;
-        self.len += 1;
-    }
-
-    #[inline(always)]
     pub(crate) fn bytes<const N: usize>(&mut self, b: [u8; N]) {
         self.buf[self.len..self.len + N].copy_from_slice(&b);
         self.len += N;
