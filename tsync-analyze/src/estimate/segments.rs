@@ -48,8 +48,17 @@ pub(crate) struct Bucket {
     pub messages_ba: u64,
 }
 
+/// Points a pair keeps as they came before it builds its buckets.
+const SMALL: usize = 64;
+
 /// The buckets of a pair under construction; messages come in nearly in time order, so the
 /// bucket of a message is almost always the last one.
+///
+/// A pair's first [`SMALL`] points are only kept, in arrival order (a bit per point tells the
+/// direction), and replayed into buckets when one more arrives or the pair is finished: the
+/// buckets are then exactly what they would have been. In a mesh of hundreds of traces most
+/// pairs carry a few dozen messages spread over as many buckets, and a bucket (two half hulls,
+/// each with its vector) costs ten times the point it would hold.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Buckets {
     origin: Option<i64>,
@@ -57,9 +66,49 @@ pub(crate) struct Buckets {
     /// The bucket the last point went to, and its time range `[start, end)`: the next point
     /// almost always falls there too, which a comparison tells without a division.
     last: Option<(usize, i64, i64)>,
+    /// The first points, before any bucket exists.
+    small: Vec<Point>,
+    /// Bit i set: `small[i]` is a b→a point.
+    small_ba: u64,
 }
 
 impl Buckets {
+    /// Keeps `p` among the first points; false once the buckets are built.
+    #[inline]
+    fn keep(&mut self, p: Point, ba: bool) -> bool {
+        if self.origin.is_some() {
+            return false;
+        }
+        let n = self.small.len();
+        if n == SMALL {
+            self.build();
+            return false;
+        }
+        if n == self.small.capacity() {
+            // Grow by half, not double: the spare room is what a small pair would waste.
+            self.small.reserve_exact((n / 2).max(4).min(SMALL - n));
+        }
+        self.small_ba |= u64::from(ba) << n;
+        self.small.push(p);
+        true
+    }
+
+    /// Replays the kept points into buckets.
+    pub fn build(&mut self) {
+        let small = std::mem::take(&mut self.small);
+        let ba = std::mem::take(&mut self.small_ba);
+        if small.is_empty() {
+            return;
+        }
+        for (i, p) in small.into_iter().enumerate() {
+            if ba >> i & 1 == 1 {
+                self.add_ba(p);
+            } else {
+                self.add_ab(p);
+            }
+        }
+    }
+
     #[inline]
     fn slot(&mut self, x: i64) -> &mut Bucket {
         if let Some((at, start, end)) = self.last
@@ -103,21 +152,36 @@ impl Buckets {
     /// Adds an a→b message point (x on a, y on b).
     #[inline]
     pub fn push_ab(&mut self, p: Point) {
-        let b = self.slot(p.x);
-        b.messages_ab += 1;
-        b.lower.push(p);
+        if !self.keep(p, false) {
+            self.add_ab(p);
+        }
     }
 
     /// Adds a b→a message point (x on a, y on b).
     #[inline]
     pub fn push_ba(&mut self, p: Point) {
+        if !self.keep(p, true) {
+            self.add_ba(p);
+        }
+    }
+
+    #[inline]
+    fn add_ab(&mut self, p: Point) {
+        let b = self.slot(p.x);
+        b.messages_ab += 1;
+        b.lower.push(p);
+    }
+
+    #[inline]
+    fn add_ba(&mut self, p: Point) {
         let b = self.slot(p.x);
         b.messages_ba += 1;
         b.upper.push(p);
     }
 
     /// Points that arrived out of order inside their bucket.
-    pub fn out_of_order(&self) -> u64 {
+    pub fn out_of_order(&mut self) -> u64 {
+        self.build();
         self.list
             .iter()
             .map(|b| b.lower.out_of_order() + b.upper.out_of_order())
@@ -125,7 +189,8 @@ impl Buckets {
     }
 
     /// The finished buckets, in time order.
-    pub fn finish(self) -> Vec<HullBucket> {
+    pub fn finish(mut self) -> Vec<HullBucket> {
+        self.build();
         let origin = self.origin.unwrap_or(0);
         self.list
             .into_iter()
