@@ -86,29 +86,35 @@ pub(crate) fn reading(sync: &SyncResult, inverse: &[PiecewiseMap], j: u32, at_re
 /// bounds nothing on that side then.
 #[inline]
 pub(crate) fn constraint(sync: &SyncResult, layout: &Layout, id: u32, xa: f64) -> Option<Constraint> {
-    let p = &sync.pairs[(id / 2) as usize];
-    let side = id % 2;
+    both(sync, layout, id / 2, xa)[(id % 2) as usize]
+}
+
+/// Both constraints of pair `pair` (side 0, side 1) at the instant where its first trace reads
+/// `xa`.
+#[inline]
+fn both(sync: &SyncResult, layout: &Layout, pair: u32, xa: f64) -> [Option<Constraint>; 2] {
+    let p = &sync.pairs[pair as usize];
     let drift = p.estimate.map_or(1.0, |e| e.drift);
     // The slope's distance from 1 over how far a true reading may lie from its estimate (ns for
     // a 100 ppm drift and 10 ms).
     let slack = (drift - 1.0).abs() * layout.reach + 1.0;
     let relax = sync.timebases.bound_ns(p.a) * 1.001 + sync.timebases.bound_ns(p.b);
-    let (lo, hi) = pair_bounds(p, xa, relax, side);
+    let (lo, hi) = pair_bounds(p, xa, relax);
     let (la, lb) = (layout.local[p.a as usize], layout.local[p.b as usize]);
-    match side {
-        0 => hi.map(|hi| Constraint {
+    [
+        hi.map(|hi| Constraint {
             from: la,
             to: lb,
             bound: hi - xa + slack,
-            id,
+            id: 2 * pair,
         }),
-        _ => lo.map(|lo| Constraint {
+        lo.map(|lo| Constraint {
             from: lb,
             to: la,
             bound: xa - lo + slack,
-            id,
+            id: 2 * pair + 1,
         }),
-    }
+    ]
 }
 
 /// Every constraint of `group` at reference time `at_ref`, with the members' readings then.
@@ -127,16 +133,15 @@ pub(crate) fn at_instant(
     let mut out = Vec::with_capacity(2 * group.pairs.len());
     for &i in &group.pairs {
         let xa = x[layout.local[sync.pairs[i as usize].a as usize] as usize];
-        out.extend(constraint(sync, layout, 2 * i, xa));
-        out.extend(constraint(sync, layout, 2 * i + 1, xa));
+        out.extend(both(sync, layout, i, xa).into_iter().flatten());
     }
     (out, x)
 }
 
-/// What pair `p` guarantees about t_b at t_a (lower, upper; only `side`'s is computed): its
-/// interval if accurate, else the one-sided bounds of its hull chains (an `incomplete` pair);
-/// nothing from an approximate pair, whose hulls cross.
-fn pair_bounds(p: &PairResult, t_a: f64, relax: f64, side: u32) -> (Option<f64>, Option<f64>) {
+/// What pair `p` guarantees about t_b at t_a (lower, upper): its interval if accurate, else the
+/// one-sided bounds of its hull chains (an `incomplete` pair); nothing from an approximate pair,
+/// whose hulls cross.
+fn pair_bounds(p: &PairResult, t_a: f64, relax: f64) -> (Option<f64>, Option<f64>) {
     match p.quality {
         Quality::Accurate => match p.interval_at(t_a.round() as i64) {
             Some((lo, hi)) => (Some(lo), Some(hi)),
@@ -144,10 +149,10 @@ fn pair_bounds(p: &PairResult, t_a: f64, relax: f64, side: u32) -> (Option<f64>,
         },
         // a→b messages (the lower hull) bound t_b from above, b→a ones from below; the points
         // may be off by the conversions' bounds.
-        Quality::Incomplete | Quality::Absent => match side {
-            0 => (None, chain(&p.hull_ab, t_a).map(|v| v + relax)),
-            _ => (chain(&p.hull_ba, t_a).map(|v| v - relax), None),
-        },
+        Quality::Incomplete | Quality::Absent => (
+            chain(&p.hull_ba, t_a).map(|v| v - relax),
+            chain(&p.hull_ab, t_a).map(|v| v + relax),
+        ),
         _ => (None, None),
     }
 }
