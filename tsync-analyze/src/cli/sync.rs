@@ -69,7 +69,9 @@ fn print(result: &SyncResult, json: bool) -> CmdResult {
         return match written {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-            Err(e) => Err(super::CliError::msg(format!("cannot write the output: {e}"))),
+            Err(e) => Err(super::CliError::msg(format!(
+                "cannot write the output: {e}"
+            ))),
         };
     }
     let out = if json {

@@ -66,20 +66,18 @@ impl Slot {
         }
     }
 
-    fn seal(&mut self) {
-        let Slot::Open(b) = self else { return };
+    /// Seals an open bucket; returns its emptied box for the next bucket to reuse.
+    fn seal(&mut self) -> Option<Box<Bucket>> {
+        let Slot::Open(b) = self else { return None };
         let out_of_order = b.lower.out_of_order() + b.upper.out_of_order();
         let (lower, upper) = (b.lower.finish(), b.upper.finish());
-        let Ok(lower_len) = u32::try_from(lower.len()) else {
-            return;
-        };
-        let Ok(out_of_order) = u32::try_from(out_of_order) else {
-            return; // kept open: the count would not fit
-        };
+        // Kept open where a count would not fit.
+        let lower_len = u32::try_from(lower.len()).ok()?;
+        let out_of_order = u32::try_from(out_of_order).ok()?;
         let mut vertices = Vec::with_capacity(lower.len() + upper.len());
         vertices.extend_from_slice(lower);
         vertices.extend_from_slice(upper);
-        *self = Slot::Sealed(Sealed {
+        let sealed = Slot::Sealed(Sealed {
             index: b.index,
             vertices: vertices.into_boxed_slice(),
             lower_len,
@@ -87,6 +85,13 @@ impl Slot {
             messages_ab: b.messages_ab,
             messages_ba: b.messages_ba,
         });
+        let Slot::Open(mut emptied) = std::mem::replace(self, sealed) else {
+            unreachable!("open above")
+        };
+        emptied.lower.clear();
+        emptied.upper.clear();
+        (emptied.messages_ab, emptied.messages_ba) = (0, 0);
+        Some(emptied)
     }
 
     fn open(&mut self) -> &mut Bucket {
@@ -185,28 +190,40 @@ impl Buckets {
     fn find(&mut self, x: i64) -> &mut Bucket {
         let origin = *self.origin.get_or_insert(x);
         let index = ((x as i128 - origin as i128).div_euclid(BUCKET_NS as i128)) as i64;
-        let mut previous = self.last.map(|l| l.0);
-        let at = match self.list.last() {
-            Some(b) if b.index() == index => self.list.len() - 1,
-            _ => match self.list.binary_search_by_key(&index, Slot::index) {
-                Ok(at) => at,
-                Err(at) => {
-                    self.list.insert(at, Slot::Open(Box::new(Bucket::new(index))));
-                    if let Some(p) = previous.as_mut()
-                        && *p >= at
-                    {
-                        *p += 1;
-                    }
-                    at
-                }
-            },
+        let previous = self.last.map(|l| l.0);
+        let len = self.list.len();
+        let found = match self.list.last() {
+            Some(b) if b.index() == index => Ok(len - 1),
+            _ => self.list.binary_search_by_key(&index, Slot::index),
         };
-        if let Some(p) = previous
-            && p != at
-            && p + 1 != self.list.len()
-        {
-            self.list[p].seal();
-        }
+        let at = match found {
+            Ok(at) => {
+                if let Some(p) = previous
+                    && p != at
+                    && p + 1 != len
+                {
+                    self.list[p].seal();
+                }
+                at
+            }
+            Err(at) => {
+                // The previous bucket is sealed unless it stays the latest (a bucket inserted
+                // after it is the new latest); its box then holds the new bucket.
+                let recycled = match previous {
+                    Some(p) if at > p || p + 1 != len => self.list[p].seal(),
+                    _ => None,
+                };
+                let bucket = match recycled {
+                    Some(mut b) => {
+                        b.index = index;
+                        b
+                    }
+                    None => Box::new(Bucket::new(index)),
+                };
+                self.list.insert(at, Slot::Open(bucket));
+                at
+            }
+        };
         let start = origin as i128 + index as i128 * BUCKET_NS as i128;
         let clamp = |v: i128| v.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
         self.last = Some((at, clamp(start), clamp(start + BUCKET_NS as i128)));

@@ -95,7 +95,9 @@ pub fn finish(
             let joint_edges: Vec<JointEdge<'_>> = edges
                 .iter()
                 .filter_map(|e| {
-                    let at = pairs.binary_search_by_key(&(e.a, e.b), |p| (p.a, p.b)).ok()?;
+                    let at = pairs
+                        .binary_search_by_key(&(e.a, e.b), |p| (p.a, p.b))
+                        .ok()?;
                     let pair = &pairs[at];
                     let span = pair.span?;
                     let sigma_ns = e.weight.ns * if e.weight.best_effort > 0 { 10.0 } else { 1.0 };

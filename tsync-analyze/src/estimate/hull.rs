@@ -93,6 +93,13 @@ impl HalfHull {
         }
     }
 
+    /// Empties the hull (its vectors keep their room).
+    pub fn clear(&mut self) {
+        self.vertices.clear();
+        self.pending.clear();
+        (self.points, self.out_of_order) = (0, 0);
+    }
+
     /// Number of points that arrived out of x order (all of them are in the hull nonetheless).
     pub fn out_of_order(&self) -> u64 {
         self.out_of_order

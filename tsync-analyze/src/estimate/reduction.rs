@@ -139,8 +139,8 @@ pub fn reduce(
     if let Some(r) = reference {
         reference_of_group[group[r as usize] as usize] = r;
     }
-    for t in 0..traces {
-        let g = group[t] as usize;
+    for (t, &g) in group.iter().enumerate() {
+        let g = g as usize;
         if reference_of_group[g] != u32::MAX {
             continue;
         }

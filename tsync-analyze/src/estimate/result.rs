@@ -223,7 +223,10 @@ impl SyncResult {
     /// The pair (a, b), in either order.
     pub fn pair(&self, a: u32, b: u32) -> Option<&PairResult> {
         let (a, b) = (a.min(b), a.max(b));
-        let i = self.pairs.binary_search_by_key(&(a, b), |p| (p.a, p.b)).ok()?;
+        let i = self
+            .pairs
+            .binary_search_by_key(&(a, b), |p| (p.a, p.b))
+            .ok()?;
         Some(&self.pairs[i])
     }
 

@@ -85,7 +85,12 @@ pub(crate) fn reading(sync: &SyncResult, inverse: &[PiecewiseMap], j: u32, at_re
 /// The constraint `id` at the instant where pair's first trace reads `xa`; None where the pair
 /// bounds nothing on that side then.
 #[inline]
-pub(crate) fn constraint(sync: &SyncResult, layout: &Layout, id: u32, xa: f64) -> Option<Constraint> {
+pub(crate) fn constraint(
+    sync: &SyncResult,
+    layout: &Layout,
+    id: u32,
+    xa: f64,
+) -> Option<Constraint> {
     both(sync, layout, id / 2, xa)[(id % 2) as usize]
 }
 

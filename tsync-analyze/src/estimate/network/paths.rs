@@ -164,7 +164,13 @@ pub(crate) fn dijkstra(
 
 /// The constraint ids along `tree`'s path between `root` and `v`, in walking order from `v`
 /// towards the root.
-pub(crate) fn path(cs: &[Constraint], tree: &Tree, reverse: bool, root: usize, v: usize) -> Vec<u32> {
+pub(crate) fn path(
+    cs: &[Constraint],
+    tree: &Tree,
+    reverse: bool,
+    root: usize,
+    v: usize,
+) -> Vec<u32> {
     let mut out = Vec::new();
     let mut u = v;
     while u != root {

@@ -117,7 +117,16 @@ impl Plan {
         let best = |up: bool| -> Option<(f64, Vec<u32>)> {
             let mut candidates: Vec<Vec<u32>> = trees
                 .iter()
-                .map(|t| walk(sync, layout, if up { &t.up } else { &t.down }, up, k, self.root))
+                .map(|t| {
+                    walk(
+                        sync,
+                        layout,
+                        if up { &t.up } else { &t.down },
+                        up,
+                        k,
+                        self.root,
+                    )
+                })
                 .collect();
             if let Some((to_root, from_root)) = direct {
                 candidates.push(vec![if up { to_root } else { from_root }]);
@@ -129,7 +138,12 @@ impl Plan {
         };
         let (up, up_ids) = best(true)?;
         let (down, down_ids) = best(false)?;
-        let xk = reading(sync, inverse, layout.groups[self.group as usize].members[k], at_ref);
+        let xk = reading(
+            sync,
+            inverse,
+            layout.groups[self.group as usize].members[k],
+            at_ref,
+        );
         Some(Bounds {
             up,
             down,
@@ -159,7 +173,14 @@ impl Plan {
 
 /// The constraint ids from node `v` to the root along a tree (`up`: the constraint out of each
 /// node towards the root; else the one into it from the root's side).
-fn walk(sync: &SyncResult, layout: &Layout, via: &[u32], up: bool, v: usize, root: usize) -> Vec<u32> {
+fn walk(
+    sync: &SyncResult,
+    layout: &Layout,
+    via: &[u32],
+    up: bool,
+    v: usize,
+    root: usize,
+) -> Vec<u32> {
     let mut out = Vec::new();
     let mut u = v;
     while u != root {
@@ -170,7 +191,11 @@ fn walk(sync: &SyncResult, layout: &Layout, via: &[u32], up: bool, v: usize, roo
         out.push(id);
         let p = &sync.pairs[(id / 2) as usize];
         // Side 0 leads a → b, side 1 b → a; up goes to the head, down to the tail.
-        let (tail, head) = if id % 2 == 0 { (p.a, p.b) } else { (p.b, p.a) };
+        let (tail, head) = if id.is_multiple_of(2) {
+            (p.a, p.b)
+        } else {
+            (p.b, p.a)
+        };
         u = layout.local[if up { head } else { tail } as usize] as usize;
     }
     out

@@ -48,7 +48,10 @@ fn the_grid_equals_the_exact_solution_at_its_instants_and_never_undercuts_it() {
                 let tol = |v: f64| 1e-6 * (1.0 + v.abs());
                 assert!(b.up >= up - tol(up) && b.down >= down - tol(down));
                 if on_grid {
-                    assert!((b.up - up).abs() <= tol(up), "{traces} traces, {k} at {step}");
+                    assert!(
+                        (b.up - up).abs() <= tol(up),
+                        "{traces} traces, {k} at {step}"
+                    );
                     assert!((b.down - down).abs() <= tol(down));
                 }
                 if b.up - up <= 1.0 && b.down - down <= 1.0 {
@@ -57,6 +60,9 @@ fn the_grid_equals_the_exact_solution_at_its_instants_and_never_undercuts_it() {
             }
         }
         assert!(checked > 0);
-        assert!(close * 10 >= checked * 9, "{close} of {checked} within 1 ns");
+        assert!(
+            close * 10 >= checked * 9,
+            "{close} of {checked} within 1 ns"
+        );
     }
 }
