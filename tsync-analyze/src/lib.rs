@@ -64,6 +64,7 @@ pub use estimate::corridor::Quality;
 pub use estimate::hull::Point;
 pub use estimate::joint::ReductionChoice;
 pub use estimate::linreg::LinRegFit;
+pub use estimate::network::{EXACT_PAIRS as NETWORK_EXACT_PAIRS, NetworkInterval};
 pub use estimate::timebase::{RawClock, TimebaseChoice, Timebases};
 pub use estimate::{
     Algorithm, LimitLine, PairResult, PairSegment, SyncError, SyncOptions, SyncResult, TraceResult,

@@ -62,6 +62,17 @@ impl Workload {
     /// within ±200 ppm), all pairs linked, a message every 100 µs on average, one-way delays of
     /// 20 µs plus an exponential extra of mean 30 µs (capped at 5 ms).
     pub fn benchmark(traces: usize, messages: u64, seed: u64) -> Workload {
+        let mut w = Workload::unlinked(traces, messages, seed);
+        for a in 0..traces as u32 {
+            for b in a + 1..traces as u32 {
+                w.links.push((a, b));
+            }
+        }
+        w
+    }
+
+    /// The benchmark's clocks, timing and delays, with no link yet.
+    fn unlinked(traces: usize, messages: u64, seed: u64) -> Workload {
         let mut rng = SplitMix64::new(seed ^ 0x5EED);
         let clocks = (0..traces)
             .map(|_| LinearClock {
@@ -69,15 +80,9 @@ impl Workload {
                 drift_ppm: (rng.unit() * 2.0 - 1.0) * 200.0,
             })
             .collect();
-        let mut links = Vec::new();
-        for a in 0..traces as u32 {
-            for b in a + 1..traces as u32 {
-                links.push((a, b));
-            }
-        }
         Workload {
             clocks,
-            links,
+            links: Vec::new(),
             messages,
             start_ns: 20e9,
             interval_ns: 100_000.0,
@@ -88,6 +93,30 @@ impl Workload {
             },
             seed,
         }
+    }
+
+    /// [`benchmark`](Self::benchmark)'s clocks and delays on a sparse mesh, as clusters talk:
+    /// each trace linked to its ring neighbour (so that the mesh is connected) and to
+    /// `peers / 2` random others, about `peers` links per trace in all.
+    pub fn sparse(traces: usize, peers: usize, messages: u64, seed: u64) -> Workload {
+        let mut w = Workload::unlinked(traces, messages, seed);
+        let mut rng = SplitMix64::new(seed ^ 0x5BA5E);
+        let mut links = std::collections::BTreeSet::new();
+        let n = traces as u32;
+        for a in 0..n {
+            if n > 1 {
+                let b = (a + 1) % n;
+                links.insert((a.min(b), a.max(b)));
+            }
+            for _ in 0..(peers / 2).saturating_sub(1) {
+                let b = rng.below(n as u64) as u32;
+                if b != a {
+                    links.insert((a.min(b), a.max(b)));
+                }
+            }
+        }
+        w.links = links.into_iter().collect();
+        w
     }
 
     /// True time (ns) by which every message has been sent: the expected span of the sends.

@@ -105,6 +105,11 @@ fn copy_input(input: &Path, is_stdin: bool, copy: &Path, shown: &str) -> Result<
     Ok(())
 }
 
+/// True when no input was copied: [`as_given`] would change nothing.
+pub fn none() -> bool {
+    COPIES.get().is_none_or(Vec::is_empty)
+}
+
 /// `text` with every temporary copy's path replaced by the name the user gave.
 pub fn as_given(text: &str) -> String {
     let mut text = text.to_string();

@@ -2,6 +2,7 @@
 
 use super::progress;
 use clap::Args;
+use std::io::Write;
 use tsync_analyze::output::report;
 use tsync_analyze::{InputSet, SyncOptions, SyncResult, TimelineOptions};
 
@@ -55,6 +56,24 @@ fn plain(a: &SyncArgs, options: &SyncOptions) -> Result<SyncResult, CliError> {
 }
 
 fn print(result: &SyncResult, json: bool) -> CmdResult {
+    if json && super::spool::none() {
+        for w in &result.warnings {
+            super::warn(w);
+        }
+        // Streamed: a mesh of hundreds of traces makes a document of hundreds of megabytes.
+        let mut o = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+        let written = report::write_json(result, &mut o)
+            .map_err(std::io::Error::from)
+            .and_then(|()| o.write_all(b"\n"))
+            .and_then(|()| o.flush());
+        return match written {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            Err(e) => Err(super::CliError::msg(format!(
+                "cannot write the output: {e}"
+            ))),
+        };
+    }
     let out = if json {
         for w in &result.warnings {
             super::warn(w);

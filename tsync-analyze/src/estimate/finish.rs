@@ -95,7 +95,10 @@ pub fn finish(
             let joint_edges: Vec<JointEdge<'_>> = edges
                 .iter()
                 .filter_map(|e| {
-                    let pair = pairs.iter().find(|p| p.a == e.a && p.b == e.b)?;
+                    let at = pairs
+                        .binary_search_by_key(&(e.a, e.b), |p| (p.a, p.b))
+                        .ok()?;
+                    let pair = &pairs[at];
                     let span = pair.span?;
                     let sigma_ns = e.weight.ns * if e.weight.best_effort > 0 { 10.0 } else { 1.0 };
                     Some(JointEdge {
@@ -172,6 +175,7 @@ pub fn finish(
         timebases,
         reduction: options.reduction,
         inverses,
+        network: Default::default(),
     };
     for cycle in network::contradictions(&result, &result.inverses, 5) {
         let names: Vec<String> = cycle

@@ -81,6 +81,25 @@ impl HalfHull {
         }
     }
 
+    /// A hull that continues from the finished `vertices` of another (sorted, strictly convex),
+    /// which counted `out_of_order` points: pushing more points gives the hull of all of them.
+    pub fn from_vertices(side: Side, vertices: Vec<Point>, out_of_order: u64) -> Self {
+        HalfHull {
+            side,
+            points: vertices.len() as u64,
+            vertices,
+            pending: Vec::new(),
+            out_of_order,
+        }
+    }
+
+    /// Empties the hull (its vectors keep their room).
+    pub fn clear(&mut self) {
+        self.vertices.clear();
+        self.pending.clear();
+        (self.points, self.out_of_order) = (0, 0);
+    }
+
     /// Number of points that arrived out of x order (all of them are in the hull nonetheless).
     pub fn out_of_order(&self) -> u64 {
         self.out_of_order

@@ -83,17 +83,22 @@ pub struct JointEdge<'a> {
 pub fn refine(red: &mut Reduction, edges: &[JointEdge<'_>]) -> Vec<usize> {
     let traces = red.traces.len();
     let mut informed = vec![0usize; traces];
-    for group in 0..red.groups {
-        let members: Vec<usize> = (0..traces)
-            .filter(|&k| red.traces[k].group == group && red.traces[k].synchronized)
-            .collect();
-        let in_group: Vec<&JointEdge<'_>> = edges
-            .iter()
-            .filter(|e| {
-                let (a, b) = (e.edge.a as usize, e.edge.b as usize);
-                a != b && red.traces[a].group == group && red.traces[b].group == group
-            })
-            .collect();
+    // Members and pairs by group, in one pass each (a text file may declare thousands of traces
+    // that no message names, each a group of its own).
+    let mut members_of: Vec<Vec<usize>> = vec![Vec::new(); red.groups as usize];
+    for (k, t) in red.traces.iter().enumerate() {
+        if t.synchronized {
+            members_of[t.group as usize].push(k);
+        }
+    }
+    let mut edges_of: Vec<Vec<&JointEdge<'_>>> = vec![Vec::new(); red.groups as usize];
+    for e in edges {
+        let (a, b) = (e.edge.a as usize, e.edge.b as usize);
+        if a != b && red.traces[a].group == red.traces[b].group {
+            edges_of[red.traces[a].group as usize].push(e);
+        }
+    }
+    for (members, in_group) in members_of.into_iter().zip(edges_of) {
         if members.len() < 3 || in_group.len() < members.len() {
             continue; // a tree (or less): the path maps are the only consistent answer
         }

@@ -12,6 +12,7 @@
 
 mod accumulate;
 pub mod accuracy;
+mod buckets;
 pub mod corridor;
 mod finish;
 pub mod hull;

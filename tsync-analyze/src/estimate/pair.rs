@@ -12,7 +12,7 @@ use crate::estimate::segments;
 use crate::estimate::{Algorithm, SyncOptions};
 use crate::model::PiecewiseMap;
 
-pub(super) fn pair_result(p: PairState, options: &SyncOptions, relax: i64) -> PairResult {
+pub(super) fn pair_result(mut p: PairState, options: &SyncOptions, relax: i64) -> PairResult {
     let out_of_order = p.buckets.out_of_order();
     let buckets = p.buckets.finish();
     let lowers: Vec<&[Point]> = buckets.iter().map(|b| &b.lower[..]).collect();

@@ -2,10 +2,11 @@
 //!
 //! Traces are vertices; every pair with a usable estimate is an edge weighted by how uncertain it is
 //! (mean accuracy width for accurate pairs; Ashton's error or the regression residual otherwise,
-//! with every best-effort edge ranked after any number of guaranteed ones). All-pairs shortest
-//! paths (Floyd–Warshall: trace counts are small) give, per connected group, the reference trace
-//! with the smallest sum of distances to the others — unless the user named one — and a tree of
-//! shortest paths along which the pair maps are composed exactly: the map of trace k is
+//! with every best-effort edge ranked after any number of guaranteed ones). Shortest paths over
+//! the pairs that exist (Dijkstra from every member: O(V·E log V), where Floyd–Warshall's V³ and
+//! V² memory would not fit hundreds of sparsely linked traces) give, per connected group, the
+//! reference trace with the smallest sum of distances to the others — unless the user named one —
+//! and a tree of shortest paths along which the pair maps are composed exactly: the map of trace k is
 //! map(parent→ref) ∘ map(k→parent), with a pair stored the other way round inverted
 //! (a0' = −a0/a1, a1' = 1/a1). Each group has its own reference; a trace in a group of one is
 //! reported unsynchronized, never silently mapped by the identity.
@@ -93,8 +94,8 @@ pub fn reduce(
     {
         return Err(ReductionError::NoSuchReference(r));
     }
-    // Only traces that share a pair (and a forced reference) take part in the all-pairs search:
-    // its cost is cubic, and a text file may declare many traces that no message names.
+    // Only traces that share a pair (and a forced reference) take part in the searches: a text
+    // file may declare many traces that no message names.
     let mut members: Vec<usize> = edges
         .iter()
         .filter(|e| e.a != e.b)
@@ -107,85 +108,66 @@ pub fn reduce(
     for (l, &t) in members.iter().enumerate() {
         local[t] = l;
     }
-    let n = members.len();
-    let mut dist: Vec<Option<Weight>> = vec![None; n * n];
-    let mut pred: Vec<u32> = vec![u32::MAX; n * n];
-    // Direct map for (from, to): index from*n+to → map from→to.
-    let mut direct: Vec<Option<usize>> = vec![None; n * n];
+    let graph = Graph::new(members.len(), &local, edges);
     // Each edge's maps both ways, so that a path composes without inverting twice.
     let inverses: Vec<(PiecewiseMap, Affine)> = edges
         .iter()
         .map(|e| (e.map.inverse(), e.line.inverse()))
         .collect();
-    for i in 0..n {
-        dist[i * n + i] = Some(Weight::ZERO);
-    }
-    for (k, e) in edges.iter().enumerate() {
-        if e.a == e.b {
-            continue;
-        }
-        let (a, b) = (local[e.a as usize], local[e.b as usize]);
-        for (i, j) in [(a, b), (b, a)] {
-            if dist[i * n + j].is_none_or(|d| e.weight.lt(d)) {
-                dist[i * n + j] = Some(e.weight);
-                pred[i * n + j] = i as u32;
-                // Edge k forward as 2k, backward as 2k + 1.
-                direct[i * n + j] = Some(2 * k + usize::from((i, j) != (a, b)));
-            }
-        }
-    }
-    for k in 0..n {
-        for i in 0..n {
-            let Some(dik) = dist[i * n + k] else { continue };
-            for j in 0..n {
-                let Some(dkj) = dist[k * n + j] else { continue };
-                let via = dik.add(dkj);
-                if dist[i * n + j].is_none_or(|d| via.lt(d)) {
-                    dist[i * n + j] = Some(via);
-                    pred[i * n + j] = pred[k * n + j];
-                }
-            }
-        }
-    }
     // Groups, in order of their lowest member; a trace in no pair is a group of its own.
     let mut group = vec![u32::MAX; traces];
     let mut groups = 0u32;
+    let mut group_members: Vec<Vec<usize>> = Vec::new();
     for t in 0..traces {
         if group[t] != u32::MAX {
             continue;
         }
-        match local[t] {
-            usize::MAX => group[t] = groups,
-            i => {
-                for j in 0..n {
-                    if dist[i * n + j].is_some() {
-                        group[members[j]] = groups;
-                    }
-                }
-            }
+        let reached = match local[t] {
+            usize::MAX => Vec::new(),
+            i => graph.reachable(i),
+        };
+        group[t] = groups;
+        for &j in &reached {
+            group[members[j]] = groups;
         }
+        group_members.push(reached);
         groups += 1;
     }
-    // Reference per group (local index, or the lone trace itself).
+    // Reference per group: the member with the smallest sum of distances to the others (ties:
+    // the lowest index), or the lone trace itself.
     let mut reference_of_group = vec![u32::MAX; groups as usize];
     if let Some(r) = reference {
         reference_of_group[group[r as usize] as usize] = r;
     }
-    for t in 0..traces {
-        let g = group[t] as usize;
+    for (t, &g) in group.iter().enumerate() {
+        let g = g as usize;
         if reference_of_group[g] != u32::MAX {
             continue;
         }
         let mut best: Option<(Weight, usize)> = None;
-        for c in (0..n).filter(|&c| group[members[c]] as usize == g) {
-            let sum = (0..n)
-                .filter_map(|j| dist[c * n + j])
+        for &c in &group_members[g] {
+            let sum = graph
+                .shortest(c)
+                .0
+                .into_iter()
+                .flatten()
                 .fold(Weight::ZERO, Weight::add);
             if best.is_none_or(|(w, _)| sum.lt(w)) {
                 best = Some((sum, c));
             }
         }
         reference_of_group[g] = best.map_or(t as u32, |(_, c)| members[c] as u32);
+    }
+    // The shortest-path tree of each reference: the edge (2k forward, 2k + 1 backward) that
+    // reaches each member from its parent.
+    let mut tree: Vec<Option<usize>> = vec![None; members.len()];
+    for &r in &reference_of_group {
+        if local[r as usize] != usize::MAX {
+            let (_, via) = graph.shortest(local[r as usize]);
+            for &j in &group_members[group[r as usize] as usize] {
+                tree[j] = via[j];
+            }
+        }
     }
     let mut sizes = vec![0usize; groups as usize];
     for &g in &group {
@@ -202,8 +184,9 @@ pub fn reduce(
         if k != r {
             let (lr, mut v) = (local[r], local[k]);
             while v != lr {
-                let parent = pred[lr * n + v] as usize;
-                let step = direct[v * n + parent].expect("shortest-path edges are direct pairs");
+                // The tree edge runs parent → v; the path goes v → parent, the other way.
+                let into = tree[v].expect("every member of a group is on its reference's tree");
+                let (parent, step) = (graph.tail(into), into ^ 1);
                 let (step_map, step_line) = match step % 2 {
                     0 => (&edges[step / 2].map, edges[step / 2].line),
                     _ => (&inverses[step / 2].0, inverses[step / 2].1),
@@ -229,6 +212,108 @@ pub fn reduce(
         traces: out,
         groups,
     })
+}
+
+/// The members and their usable pairs as adjacency lists; edge `2k` is edge k forward (a → b),
+/// `2k + 1` backward.
+struct Graph {
+    /// Per member: (neighbour, edge id, weight).
+    adjacent: Vec<Vec<(usize, usize, Weight)>>,
+    /// Tail of each edge id (local member).
+    tails: Vec<usize>,
+}
+
+impl Graph {
+    fn new(n: usize, local: &[usize], edges: &[Edge]) -> Graph {
+        let mut adjacent = vec![Vec::new(); n];
+        let mut tails = vec![usize::MAX; 2 * edges.len()];
+        for (k, e) in edges.iter().enumerate() {
+            if e.a == e.b {
+                continue;
+            }
+            let (a, b) = (local[e.a as usize], local[e.b as usize]);
+            adjacent[a].push((b, 2 * k, e.weight));
+            adjacent[b].push((a, 2 * k + 1, e.weight));
+            (tails[2 * k], tails[2 * k + 1]) = (a, b);
+        }
+        Graph { adjacent, tails }
+    }
+
+    fn tail(&self, edge: usize) -> usize {
+        self.tails[edge]
+    }
+
+    /// The members reachable from `source` (itself included), in ascending order.
+    fn reachable(&self, source: usize) -> Vec<usize> {
+        let mut seen = vec![false; self.adjacent.len()];
+        let mut stack = vec![source];
+        seen[source] = true;
+        let mut out = Vec::new();
+        while let Some(v) = stack.pop() {
+            out.push(v);
+            for &(w, _, _) in &self.adjacent[v] {
+                if !seen[w] {
+                    seen[w] = true;
+                    stack.push(w);
+                }
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// Dijkstra from `source`: each member's distance (None: unreachable) and the edge its
+    /// shortest path arrives by. Ties keep the edge found first.
+    fn shortest(&self, source: usize) -> (Vec<Option<Weight>>, Vec<Option<usize>>) {
+        let n = self.adjacent.len();
+        let mut dist: Vec<Option<Weight>> = vec![None; n];
+        let mut via: Vec<Option<usize>> = vec![None; n];
+        let mut done = vec![false; n];
+        let mut heap = std::collections::BinaryHeap::new();
+        dist[source] = Some(Weight::ZERO);
+        heap.push(Queued(Weight::ZERO, source));
+        while let Some(Queued(d, v)) = heap.pop() {
+            if done[v] {
+                continue;
+            }
+            done[v] = true;
+            for &(w, edge, weight) in &self.adjacent[v] {
+                let through = d.add(weight);
+                if !done[w] && dist[w].is_none_or(|old| through.lt(old)) {
+                    dist[w] = Some(through);
+                    via[w] = Some(edge);
+                    heap.push(Queued(through, w));
+                }
+            }
+        }
+        (dist, via)
+    }
+}
+
+/// A heap entry: the smallest weight first.
+struct Queued(Weight, usize);
+
+impl PartialEq for Queued {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for Queued {}
+
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+impl Ord for Queued {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        o.0.best_effort
+            .cmp(&self.0.best_effort)
+            .then(o.0.ns.total_cmp(&self.0.ns))
+            .then(o.1.cmp(&self.1))
+    }
 }
 
 #[cfg(test)]

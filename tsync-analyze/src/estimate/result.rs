@@ -215,13 +215,19 @@ pub struct SyncResult {
     pub reduction: ReductionChoice,
     /// Each trace's map inverted (reference time → the trace's recorded clock).
     pub(super) inverses: Vec<PiecewiseMap>,
+    /// What the network-wide intervals share, built by the first query.
+    pub(super) network: network::Network,
 }
 
 impl SyncResult {
     /// The pair (a, b), in either order.
     pub fn pair(&self, a: u32, b: u32) -> Option<&PairResult> {
         let (a, b) = (a.min(b), a.max(b));
-        self.pairs.iter().find(|p| p.a == a && p.b == b)
+        let i = self
+            .pairs
+            .binary_search_by_key(&(a, b), |p| (p.a, p.b))
+            .ok()?;
+        Some(&self.pairs[i])
     }
 
     /// Maps a local time of trace k onto its group's reference timebase.

@@ -275,6 +275,49 @@ pub fn to_json(r: &SyncResult) -> Value {
     serde_json::to_value(&document).expect("the document is plain data")
 }
 
+/// Writes the `sync --json` document, pretty-printed, exactly as [`to_json`] would print: every
+/// object's keys in alphabetical order. The pairs and traces go out one by one, each through its
+/// own small value, so that memory does not hold the whole document (a mesh of hundreds of traces
+/// has hundreds of thousands of pairs: the whole value tree would take kilobytes per pair).
+pub fn write_json(r: &SyncResult, out: impl std::io::Write) -> serde_json::Result<()> {
+    use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+
+    /// A sequence serialized element by element, each turned into a value (sorted keys) first.
+    struct Each<I>(std::cell::RefCell<Option<I>>);
+
+    impl<I: Iterator<Item = T>, T: Serialize> Serialize for Each<I> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let items = self.0.borrow_mut().take().into_iter().flatten();
+            let mut seq = s.serialize_seq(None)?;
+            for item in items {
+                let value = serde_json::to_value(&item).map_err(serde::ser::Error::custom)?;
+                seq.serialize_element(&value)?;
+            }
+            SerializeSeq::end(seq)
+        }
+    }
+
+    fn each<I>(items: I) -> Each<I> {
+        Each(std::cell::RefCell::new(Some(items)))
+    }
+    let mut ser = serde_json::Serializer::with_formatter(
+        out,
+        serde_json::ser::PrettyFormatter::with_indent(b"  "),
+    );
+    let mut m = ser.serialize_map(None)?;
+    // The keys in alphabetical order, as the value's map sorts them.
+    m.serialize_entry("algorithm", r.algorithm.as_str())?;
+    m.serialize_entry("matching", &serde_json::to_value(&r.matching)?)?;
+    m.serialize_entry("pairs", &each(r.pairs.iter().map(PairDocument::from)))?;
+    m.serialize_entry("reduction", r.reduction.as_str())?;
+    m.serialize_entry(
+        "traces",
+        &each(r.traces.iter().map(|t| TraceDocument::new(r, t))),
+    )?;
+    m.serialize_entry("warnings", &r.warnings)?;
+    SerializeMap::end(m)
+}
+
 fn us(ns: f64) -> String {
     format!("{:.3} µs", ns / 1000.0)
 }
@@ -479,4 +522,34 @@ pub fn to_text(r: &SyncResult) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Message, SyncOptions, sync_messages};
+
+    #[test]
+    fn the_streamed_document_is_the_value_printed() {
+        let w = tsync_sim::Workload::sparse(7, 4, 20_000, 5);
+        let mut v = Vec::new();
+        w.generate(|m, _| {
+            v.push(Message {
+                send_trace: m.send_trace,
+                recv_trace: m.recv_trace,
+                send_ns: m.send_ns,
+                recv_ns: m.recv_ns,
+            })
+        });
+        let names: Vec<String> = (0..7).map(|i| format!("n{i}")).collect();
+        // A lone trace and a warning too.
+        let mut names_lone = names.clone();
+        names_lone.push("alone".into());
+        let r = sync_messages(&names_lone, v, &SyncOptions::default(), None);
+        assert!(!r.warnings.is_empty());
+        let mut streamed = Vec::new();
+        write_json(&r, &mut streamed).unwrap();
+        let printed = serde_json::to_string_pretty(&to_json(&r)).unwrap();
+        assert_eq!(String::from_utf8(streamed).unwrap(), printed);
+    }
 }

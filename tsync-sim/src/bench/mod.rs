@@ -1,4 +1,4 @@
-//! The analyzer's benchmarks (`cargo xtask bench analyze|mesh|apply`): their inputs, the
+//! The analyzer's benchmarks (`cargo xtask bench analyze|mesh|apply`; hundreds of traces: [`many`]): their inputs, the
 //! measurements and the Markdown tables. xtask only parses the options, builds the release
 //! binary and passes it here.
 //!
@@ -11,6 +11,7 @@
 
 pub mod analyze;
 pub mod apply;
+pub mod many;
 pub mod merge;
 pub mod mesh;
 

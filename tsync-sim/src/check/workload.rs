@@ -61,15 +61,19 @@ pub fn measure(w: &Workload, reduction: ReductionChoice) -> MeshError {
     compare(w, &sync)
 }
 
-/// Each trace's map and interval against the truth (trace 0's clock is the reference), from 1 s
+/// Each trace's map and interval against the truth (on its group's reference's clock), from 1 s
 /// after the first message to 1 s before the last.
 pub fn compare(w: &Workload, sync: &SyncResult) -> MeshError {
     let (start, end) = (w.start_ns + 1e9, w.end_ns() - 1e9);
     let mid = (start + end) / 2.0;
-    let reference = &w.clocks[0];
     let others = (w.clocks.len() - 1) as f64;
     let mut e = MeshError::default();
-    for (k, clock) in w.clocks.iter().enumerate().skip(1) {
+    for (k, clock) in w.clocks.iter().enumerate() {
+        let r = sync.traces[k].reference as usize;
+        if r == k {
+            continue;
+        }
+        let reference = &w.clocks[r];
         let at = |t: f64| {
             let local = clock.local(t);
             let truth = reference.local(t) as f64;

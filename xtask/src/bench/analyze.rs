@@ -23,6 +23,13 @@ pub struct Args {
     /// measured in the same conditions, which matter on a shared machine.
     #[arg(long, value_name = "BINARY")]
     baseline: Option<PathBuf>,
+    /// Only the workloads with hundreds of traces (full meshes of 200 and 600, a sparse one of
+    /// 1000), each checked against the truth.
+    #[arg(long, conflicts_with = "no_many")]
+    many_only: bool,
+    /// Skip the workloads with hundreds of traces.
+    #[arg(long)]
+    no_many: bool,
 }
 
 impl Args {
@@ -40,7 +47,21 @@ impl Args {
             dir: &workspace_root().join("target/bench"),
             cpu: &super::machine::cpu(),
         };
-        bench::analyze::run(&options, &meter()?)
+        let meter = meter()?;
+        if !self.many_only {
+            bench::analyze::run(&options, &meter)?;
+        }
+        if !self.no_many {
+            bench::many::run(
+                self.scale,
+                self.regenerate,
+                options.analyzer,
+                options.baseline,
+                options.dir,
+                &meter,
+            )?;
+        }
+        Ok(())
     }
 }
 
