@@ -171,6 +171,16 @@ fn the_fast_path_takes_what_apply_writes_and_leaves_the_rest() {
     let m = flat::members(spaced, &names).expect("whitespace is flat");
     assert_eq!((m.duplicate, m.at[0]), (Some(0), Some((26, 27))));
     assert!(m.at[3].is_some());
+    // JSON, though beyond f64's range (serde_json's `Value` refuses it, its grammar does not).
+    let huge = br#"{"ts_ns":5e661822025303296}"#;
+    assert_eq!(
+        flat::members(huge, &names).map(|m| m.at[0]),
+        Some(Some((9, 26)))
+    );
+    assert_eq!(
+        scan_members(huge, &names).map(|m| m.at[0]),
+        Ok(Some((9, 26)))
+    );
     // Escapes, nested values and errors go to the full scanner.
     for other in [
         r#"{"a":"x\"y","ts_ns":1}"#,
