@@ -6,18 +6,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use tsync_sim::{Delay, DelayTail, LinearClock, Workload};
-
 mod common;
-use common::lttv;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tsync-analyze"))
-}
-
-fn run(args: &[&str]) -> Output {
-    bin().args(args).output().expect("run tsync-analyze")
-}
+use common::{bin, lttv, run, s, stderr};
 
 /// Runs with `stdin` as standard input.
 fn run_with_stdin(args: &[&str], stdin: &[u8]) -> Output {
@@ -39,10 +29,6 @@ fn run_with_stdin(args: &[&str], stdin: &[u8]) -> Output {
     out
 }
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
 /// Everything the command said (the human report carries its warnings on stdout).
 fn said(o: &Output) -> String {
     format!(
@@ -52,36 +38,9 @@ fn said(o: &Output) -> String {
     )
 }
 
-fn s(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
-}
-
 /// Two agent trace files of nodes with different clocks.
 fn two_traces(dir: &Path) -> Vec<PathBuf> {
-    Workload {
-        clocks: vec![
-            LinearClock {
-                offset_ns: 2e9,
-                drift_ppm: 30.0,
-            },
-            LinearClock {
-                offset_ns: 9e9,
-                drift_ppm: -40.0,
-            },
-        ],
-        links: vec![(0, 1)],
-        messages: 2000,
-        start_ns: 10e9,
-        interval_ns: 500_000.0,
-        delay: Delay {
-            min_ns: 20_000.0,
-            tail: DelayTail::Exponential { mean_ns: 30_000.0 },
-            max_ns: 1_020_000.0,
-        },
-        seed: 5,
-    }
-    .write_traces(dir)
-    .unwrap()
+    common::two_traces_of(dir, 2000).0
 }
 
 #[test]

@@ -10,6 +10,9 @@ use tsync_common::format::{
     TraceReader, TraceWriter, VERSION,
 };
 
+mod common;
+use common::{chunks, chunks_of, read_all};
+
 fn header() -> Header {
     Header {
         node: "node-a".into(),
@@ -77,26 +80,7 @@ fn write_file(n: u64, finish: bool) -> Vec<u8> {
 
 /// Offset of the last chunk (the end chunk) of a complete file.
 fn end_chunk_offset(bytes: &[u8]) -> usize {
-    let mut off = 16;
-    let mut last = off;
-    while off < bytes.len() {
-        last = off;
-        let len = u32::from_le_bytes(bytes[off + 4..off + 8].try_into().unwrap()) as usize;
-        off += 16 + len + (8 - len % 8) % 8;
-    }
-    last
-}
-
-/// Everything a reader yields from a file, and the reader for its final state.
-type ReadBack<'a> = (Vec<PacketEvent>, TraceReader<Cursor<&'a [u8]>>);
-
-fn read_all(bytes: &[u8]) -> Result<ReadBack<'_>, FormatError> {
-    let mut r = TraceReader::new(Cursor::new(bytes))?;
-    let mut events = Vec::new();
-    while let Some(chunk) = r.next_events()? {
-        events.extend_from_slice(chunk);
-    }
-    Ok((events, r))
+    chunks(bytes).last().expect("a complete file has chunks").0
 }
 
 #[test]
@@ -157,19 +141,7 @@ fn corrupt_chunk_stops_reading_there() {
 
 /// Offset of the `nth` (0-based) chunk of `kind`.
 fn find_chunk(bytes: &[u8], kind: u32, nth: usize) -> usize {
-    let mut off = 16;
-    let mut seen = 0;
-    loop {
-        let k = u32::from_le_bytes(bytes[off..off + 4].try_into().unwrap());
-        let len = u32::from_le_bytes(bytes[off + 4..off + 8].try_into().unwrap()) as usize;
-        if k == kind {
-            if seen == nth {
-                return off;
-            }
-            seen += 1;
-        }
-        off += 16 + len + (8 - len % 8) % 8;
-    }
+    chunks_of(bytes, kind)[nth]
 }
 
 #[test]

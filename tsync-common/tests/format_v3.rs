@@ -7,9 +7,11 @@ use std::io::Cursor;
 use proptest::prelude::*;
 use tsync_common::PacketEvent;
 use tsync_common::format::{
-    ClockSample, Footer, FormatError, Header, LostCounts, MAX_CHUNK_PAYLOAD, TraceReader,
-    TraceWriter, VERSION,
+    ClockSample, Footer, Header, LostCounts, MAX_CHUNK_PAYLOAD, TraceReader, TraceWriter, VERSION,
 };
+
+mod common;
+use common::{chunks_of, read_all};
 
 const EVENTS: u32 = 8;
 const SAMPLES: u32 = 9;
@@ -87,32 +89,6 @@ fn small_file_of(version: u32) -> Vec<u8> {
         ..Footer::default()
     })
     .unwrap()
-}
-
-type ReadBack<'a> = (Vec<PacketEvent>, TraceReader<Cursor<&'a [u8]>>);
-
-fn read_all(bytes: &[u8]) -> Result<ReadBack<'_>, FormatError> {
-    let mut r = TraceReader::new(Cursor::new(bytes))?;
-    let mut events = Vec::new();
-    while let Some(chunk) = r.next_events()? {
-        events.extend_from_slice(chunk);
-    }
-    Ok((events, r))
-}
-
-/// Offsets of the chunks of `kind`.
-fn chunks_of(bytes: &[u8], kind: u32) -> Vec<usize> {
-    let mut at = 16;
-    let mut found = Vec::new();
-    while at + 16 <= bytes.len() {
-        let k = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
-        let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
-        if k == kind {
-            found.push(at);
-        }
-        at += 16 + len + (8 - len % 8) % 8;
-    }
-    found
 }
 
 /// Replaces the payload of the chunk at `at` (keeping its kind and count, fixing its length

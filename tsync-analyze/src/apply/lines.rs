@@ -14,6 +14,12 @@ use std::io::{BufRead, Write};
 
 use super::{ApplyError, ApplySummary, NodeMapper};
 
+mod digits;
+mod flat;
+mod names;
+pub use digits::integer;
+pub use names::Names;
+
 /// Nesting deeper than this is refused (serde_json's own limit).
 const MAX_DEPTH: usize = 128;
 
@@ -220,10 +226,7 @@ impl<'a> Scanner<'a> {
 
     #[inline]
     fn digits(&mut self) -> Scan<()> {
-        let n = self.s[self.i.min(self.s.len())..]
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .count();
+        let n = digits::digit_run(self.s, self.i.min(self.s.len()));
         self.i += n;
         if n == 0 { Err(()) } else { Ok(()) }
     }
@@ -343,15 +346,6 @@ impl<'a> Scanner<'a> {
     }
 }
 
-/// The key's text, escapes decoded (rare: only keys that hold a backslash get here).
-#[inline(always)]
-fn key_is(s: &[u8], (k0, k1): (usize, usize), escaped: bool, name: &[u8]) -> bool {
-    if !escaped {
-        return k1 - k0 == name.len() && &s[k0..k1] == name;
-    }
-    serde_json::from_slice::<String>(&s[k0 - 1..k1 + 1]).is_ok_and(|k| k.as_bytes() == name)
-}
-
 /// The top-level members of one JSON object line that a caller asked for.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Members<const N: usize> {
@@ -363,8 +357,17 @@ pub struct Members<const N: usize> {
 
 /// Validates `line` (without its line break) as one JSON object — the full grammar, UTF-8
 /// included — and finds its top-level members named `names` (nested objects are not looked
-/// into). Errors are only `Syntax` and `NotObject`.
-pub fn members<const N: usize>(line: &[u8], names: [&[u8]; N]) -> Result<Members<N>, LineError> {
+/// into). Errors are only `Syntax` and `NotObject`. A flat line takes the fast path
+/// ([`flat`]); the full scanner reads the others.
+pub fn members<const N: usize>(line: &[u8], names: &Names<N>) -> Result<Members<N>, LineError> {
+    match flat::members(line, names) {
+        Some(found) => Ok(found),
+        None => scan_members(line, names),
+    }
+}
+
+/// [`members`] by the full scanner alone.
+fn scan_members<const N: usize>(line: &[u8], names: &Names<N>) -> Result<Members<N>, LineError> {
     let syntax = || {
         LineError::Syntax(
             match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
@@ -392,7 +395,7 @@ pub fn members<const N: usize>(line: &[u8], names: [&[u8]; N]) -> Result<Members
         duplicate: None,
     };
     sc.object(1, &mut |s, key, escaped, value| {
-        if let Some(k) = names.iter().position(|n| key_is(s, key, escaped, n)) {
+        if let Some(k) = names.find(s, key, escaped) {
             if found.at[k].is_some() {
                 found.duplicate = Some(found.duplicate.map_or(k, |d| d.min(k)));
             }
@@ -406,37 +409,6 @@ pub fn members<const N: usize>(line: &[u8], names: [&[u8]; N]) -> Result<Members
         return Err(syntax());
     }
     Ok(found)
-}
-
-/// A JSON integer's text as an i64: digits with an optional minus sign, no fraction, no
-/// exponent, within 64 bits.
-#[inline]
-pub fn integer(text: &[u8]) -> Option<i64> {
-    let (negative, digits) = match text.strip_prefix(b"-") {
-        Some(d) => (true, d),
-        None => (false, text),
-    };
-    if digits.is_empty() {
-        return None;
-    }
-    // Any 19 digits fit in a u64 (10^19 − 1 < 2^64): one pass without overflow checks, then
-    // the range check. More digits are out of range anyway (leading zeros are not JSON).
-    if digits.len() > 19 {
-        return None;
-    }
-    let mut v = 0u64;
-    for &b in digits {
-        let d = b.wrapping_sub(b'0');
-        if d > 9 {
-            return None;
-        }
-        v = v * 10 + u64::from(d);
-    }
-    if negative {
-        0i64.checked_sub_unsigned(v)
-    } else {
-        i64::try_from(v).ok()
-    }
 }
 
 /// Appends the next line of `input` (with its line break, if any) to `line`; false at the end.
@@ -482,21 +454,13 @@ fn shown(text: &[u8]) -> String {
 /// which must be an integer; `local` is the name the original will be kept under, which must
 /// not be there yet.
 pub fn locate(line: &[u8], field: &[u8], local: &[u8]) -> Result<Located, LineError> {
-    locate_new(line, field, local, &[])
+    locate_in(line, &Names::new([field, local, local, local]))
 }
 
-/// [`locate`], and the names in `added` (what `--interval` adds) must not be there either.
-fn locate_new(
-    line: &[u8],
-    field: &[u8],
-    local: &[u8],
-    added: &[&[u8]],
-) -> Result<Located, LineError> {
-    let [lo, hi] = match added {
-        [lo, hi] => [*lo, *hi],
-        _ => [local, local],
-    };
-    let m = members(line, [field, local, lo, hi])?;
+/// [`locate`] with `names` = `[field, local, lo, hi]` (prepared once per file): `lo` and `hi`
+/// (what `--interval` adds) must not be there either.
+fn locate_in(line: &[u8], names: &Names<4>) -> Result<Located, LineError> {
+    let m = members(line, names)?;
     let (start, end) = m.at[0].ok_or(LineError::Missing)?;
     if m.duplicate == Some(0) {
         return Err(LineError::Duplicate);
@@ -506,7 +470,7 @@ fn locate_new(
     }
     if let Some(k) = (2..4).find(|&k| m.at[k].is_some()) {
         return Err(LineError::Has(
-            String::from_utf8_lossy([lo, hi][k - 2]).into_owned(),
+            String::from_utf8_lossy(names.name(k)).into_owned(),
         ));
     }
     let value = integer(&line[start..end])
@@ -534,10 +498,11 @@ pub fn apply_jsonl<R: BufRead, W: Write>(
 ) -> Result<ApplySummary, ApplyError> {
     let local = format!("{field}_local");
     let (lo_name, hi_name) = super::interval_names(field);
-    let added: &[&[u8]] = if interval {
-        &[lo_name.as_bytes(), hi_name.as_bytes()]
+    // Without --interval, the line may hold `<field>_lo` and `_hi` (they are not added).
+    let names = if interval {
+        Names::new([field, &local, &lo_name, &hi_name].map(str::as_bytes))
     } else {
-        &[]
+        Names::new([field, &local, &local, &local].map(str::as_bytes))
     };
     let member = |key: &str| [&b",\""[..], &json_key(key), b"\":"].concat();
     let inserted = member(&local);
@@ -561,7 +526,7 @@ pub fn apply_jsonl<R: BufRead, W: Write>(
             summary.passed_through += 1;
             return Ok(());
         }
-        let at = locate_new(body, field.as_bytes(), local.as_bytes(), added).map_err(|e| {
+        let at = locate_in(body, &names).map_err(|e| {
             ApplyError::Events(format!("{name}:{number_no}: {}", e.describe(field)))
         })?;
         if !interval {

@@ -6,7 +6,7 @@
 use std::io::{BufRead, Write};
 
 use super::{MergeError, Next, ORDER_FIELD, Order, Sink, Source};
-use crate::apply::lines::{LineError, integer, json_key, members, read_line};
+use crate::apply::lines::{LineError, Names, integer, json_key, members, read_line};
 
 /// A line and where its closing brace is.
 pub struct Line {
@@ -19,7 +19,7 @@ pub struct JsonlSource<R> {
     input: R,
     name: String,
     field: String,
-    names: [Vec<u8>; 4],
+    names: Names<4>,
     line: u64,
     /// Buffers of lines written already, to read the next lines into.
     free: Vec<Vec<u8>>,
@@ -33,12 +33,12 @@ impl<R: BufRead> JsonlSource<R> {
             input,
             name: name.to_string(),
             field: field.to_string(),
-            names: [
-                field.as_bytes().to_vec(),
-                lo.into_bytes(),
-                hi.into_bytes(),
-                ORDER_FIELD.as_bytes().to_vec(),
-            ],
+            names: Names::new([
+                field.as_bytes(),
+                lo.as_bytes(),
+                hi.as_bytes(),
+                ORDER_FIELD.as_bytes(),
+            ]),
             line: 0,
             free: Vec::new(),
         }
@@ -81,11 +81,9 @@ impl<R: BufRead> Source for JsonlSource<R> {
                 continue;
             }
             let body = &bytes[..body_len];
-            let [f, lo, hi, order] = self.names.each_ref().map(Vec::as_slice);
-            let m = members(body, [f, lo, hi, order])
-                .map_err(|e| self.fail(e.describe(&self.field)))?;
+            let m = members(body, &self.names).map_err(|e| self.fail(e.describe(&self.field)))?;
             if let Some(d) = m.duplicate {
-                let name = String::from_utf8_lossy(&self.names[d]).into_owned();
+                let name = String::from_utf8_lossy(self.names.name(d)).into_owned();
                 return Err(self.fail(format!("the field `{name}` appears twice")));
             }
             if m.at[3].is_some() {
@@ -102,8 +100,14 @@ impl<R: BufRead> Source for JsonlSource<R> {
                 )
             })?;
             let value = |k: usize| m.at[k].map(|(s, e)| &body[s..e]);
-            let lo = value(1).map(|v| self.bound(v, lo)).transpose()?.flatten();
-            let hi = value(2).map(|v| self.bound(v, hi)).transpose()?.flatten();
+            let lo = value(1)
+                .map(|v| self.bound(v, self.names.name(1)))
+                .transpose()?
+                .flatten();
+            let hi = value(2)
+                .map(|v| self.bound(v, self.names.name(2)))
+                .transpose()?
+                .flatten();
             let interval = lo.zip(hi);
             // A valid object line ends with its closing brace.
             let brace = body_len - 1;

@@ -58,6 +58,11 @@ pub fn message(m: tsync_sim::Message) -> tsync_analyze::Message {
 /// Two trace files of nodes with skewed clocks, clock samples every simulated second (realtime
 /// = the true time + 2026-01-01).
 pub fn two_traces(dir: &Path) -> (Vec<PathBuf>, Workload) {
+    two_traces_of(dir, 40_000)
+}
+
+/// [`two_traces`] with `messages` messages (one every 500 µs).
+pub fn two_traces_of(dir: &Path, messages: u64) -> (Vec<PathBuf>, Workload) {
     let w = Workload {
         clocks: vec![
             LinearClock {
@@ -70,7 +75,7 @@ pub fn two_traces(dir: &Path) -> (Vec<PathBuf>, Workload) {
             },
         ],
         links: vec![(0, 1)],
-        messages: 40_000,
+        messages,
         start_ns: 10e9,
         interval_ns: 500_000.0,
         delay: Delay {
