@@ -274,8 +274,11 @@ fn analyzer(args: &[String], threads: usize) -> Vec<u8> {
     o.stdout
 }
 
+/// Files and their bytes.
+type Files = Vec<(PathBuf, Vec<u8>)>;
+
 /// Every file under `dir`, with its bytes.
-fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+fn files(dir: &Path) -> Files {
     let mut out: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| {
@@ -312,7 +315,7 @@ fn same_outputs(paths: &[PathBuf], scratch: &Path) {
         }
     }
     // Figures and an export, written to files.
-    let mut first: Option<(Vec<(PathBuf, Vec<u8>)>, Vec<u8>)> = None;
+    let mut first: Option<(Files, Vec<u8>)> = None;
     for n in THREADS {
         let plots = scratch.join(format!("plots{n}"));
         let export = scratch.join(format!("export{n}.jsonl"));
