@@ -17,7 +17,7 @@
 //!
 //! With one thread the same stages run inline, event by event, without copies or channels.
 
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 
 use tsync_common::PacketEvent;
 
@@ -170,6 +170,8 @@ const QUEUE: usize = 4;
 struct Router {
     senders: Vec<SyncSender<Tick>>,
     batches: Vec<Vec<In>>,
+    /// Batches the partitions are done with, to fill again (no allocation per tick).
+    spare: Receiver<Vec<In>>,
     ends: Vec<(u32, i64, i64)>,
 }
 
@@ -195,7 +197,11 @@ impl Dispatch for Router {
     fn tick(&mut self, hw: i64, bytes: u64) {
         let ends = std::mem::take(&mut self.ends);
         for (i, (tx, batch)) in self.senders.iter().zip(&mut self.batches).enumerate() {
-            let events = std::mem::replace(batch, Vec::with_capacity(batch.capacity()));
+            let fresh = self
+                .spare
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(batch.capacity()));
+            let events = std::mem::replace(batch, fresh);
             let tick = Tick {
                 events,
                 hw,
@@ -208,13 +214,28 @@ impl Dispatch for Router {
     }
 }
 
+/// The channels of one partition's thread: ticks in, decisions out, and the buffers that come
+/// back to be filled again.
+struct Lanes {
+    ticks: Receiver<Tick>,
+    back: SyncSender<Back>,
+    spare_outboxes: Receiver<Outbox>,
+    spare_batches: Sender<Vec<In>>,
+}
+
 /// One partition's thread.
-fn partition(mut keys: KeyMatcher, rx: Receiver<Tick>, tx: SyncSender<Back>) {
-    for tick in rx {
+fn partition(mut keys: KeyMatcher, lanes: Lanes) {
+    let Lanes {
+        ticks: rx,
+        back: tx,
+        spare_outboxes,
+        spare_batches,
+    } = lanes;
+    for mut tick in rx {
         for &(trace, last, hw) in &tick.ends {
             keys.recordings.ends(trace, last, hw);
         }
-        let mut out = Outbox::default();
+        let mut out = spare_outboxes.try_recv().unwrap_or_default();
         for (i, ev) in tick.events.iter().enumerate() {
             if let Some(ahead) = tick.events.get(i + 4) {
                 keys.prefetch(&ahead.e);
@@ -231,6 +252,8 @@ fn partition(mut keys: KeyMatcher, rx: Receiver<Tick>, tx: SyncSender<Back>) {
         }
         keys.expire(tick.hw, &mut out);
         out.sort();
+        tick.events.clear();
+        let _ = spare_batches.send(tick.events);
         if tx.send(Back::Tick(out, tick.ends, tick.bytes)).is_err() {
             return;
         }
@@ -253,18 +276,30 @@ fn threaded<S: MessageSink + ?Sized>(
     std::thread::scope(|scope| {
         let mut senders = Vec::new();
         let mut receivers = Vec::new();
+        let mut returns = Vec::new();
+        let (spare_batches, spare) = channel();
         for k in keys {
-            let (tx, rx) = sync_channel::<Tick>(QUEUE);
-            let (back_tx, back_rx) = sync_channel::<Back>(QUEUE);
-            scope.spawn(move || partition(k, rx, back_tx));
+            let (tx, ticks) = sync_channel::<Tick>(QUEUE);
+            let (back, back_rx) = sync_channel::<Back>(QUEUE);
+            let (ret, spare_outboxes) = channel();
+            let lanes = Lanes {
+                ticks,
+                back,
+                spare_outboxes,
+                spare_batches: spare_batches.clone(),
+            };
+            scope.spawn(move || partition(k, lanes));
             senders.push(tx);
             receivers.push(back_rx);
+            returns.push(ret);
         }
+        drop(spare_batches);
         let n = senders.len();
         let reading = scope.spawn(move || {
             let mut router = Router {
                 senders,
                 batches: (0..n).map(|_| Vec::new()).collect(),
+                spare,
                 ends: Vec::new(),
             };
             reader.run(&mut router)
@@ -297,6 +332,9 @@ fn threaded<S: MessageSink + ?Sized>(
                 }
             }
             pass(&mut boxes, sequencer, sink);
+            for (b, ret) in boxes.drain(..).zip(&returns) {
+                let _ = ret.send(b);
+            }
             if bytes > 0 {
                 progress(bytes);
             }
