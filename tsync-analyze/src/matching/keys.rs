@@ -13,7 +13,7 @@ use tsync_common::{PacketEvent, direction};
 
 use super::key::Key;
 use super::live::LiveKeys;
-use super::order::{Outbox, Tag};
+use super::order::{Decisions, Tag};
 use super::ranges::{RangeMatcher, Unpaired};
 use super::{MatchStats, OFFLOAD_SUSPECT_LEN, STACKED_COPY_NS};
 use crate::model::{Message, Origin};
@@ -148,7 +148,7 @@ impl KeyMatcher {
     /// merge axis, `index` its position in its file, `seq` its position in the merged input.
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn event(
+    pub(super) fn event<O: Decisions>(
         &mut self,
         trace: u32,
         e: &PacketEvent,
@@ -156,7 +156,7 @@ impl KeyMatcher {
         aligned: i64,
         index: u64,
         seq: u64,
-        out: &mut Outbox,
+        out: &mut O,
     ) {
         self.stats.events += 1;
         self.expire(aligned, out);
@@ -203,7 +203,7 @@ impl KeyMatcher {
 
     /// Decides every key whose window ended before `now`.
     #[inline]
-    pub(super) fn expire(&mut self, now: i64, out: &mut Outbox) {
+    pub(super) fn expire<O: Decisions>(&mut self, now: i64, out: &mut O) {
         while let Some(front) = self.live.front() {
             if front.value.first_seen.saturating_add(self.window) >= now {
                 break;
@@ -215,14 +215,14 @@ impl KeyMatcher {
     }
 
     /// Decides every remaining key and returns the counts.
-    pub(super) fn finish(mut self, out: &mut Outbox) -> (MatchStats, Recordings) {
+    pub(super) fn finish<O: Decisions>(mut self, out: &mut O) -> (MatchStats, Recordings) {
         self.expire(i64::MAX, out);
         (self.stats, self.recordings)
     }
 
     /// Hands the sides of an undecided key to the range matcher, if it takes them; false when
     /// it does not (then they are unmatched here).
-    fn to_ranges(&self, e: &Entry, key: &Key, tag: Tag, out: &mut Outbox) -> bool {
+    fn to_ranges<O: Decisions>(&self, e: &Entry, key: &Key, tag: Tag, out: &mut O) -> bool {
         if !self.by_range {
             return false;
         }
@@ -258,7 +258,7 @@ impl KeyMatcher {
     }
 
     #[inline]
-    fn decide(&mut self, e: &Entry, key: &Key, out: &mut Outbox) {
+    fn decide<O: Decisions>(&mut self, e: &Entry, key: &Key, out: &mut O) {
         let due = e.first_seen.saturating_add(self.window);
         let tag = Tag::decided(due, e.seq);
         if e.sends > 1 || e.recvs > 1 {

@@ -54,6 +54,24 @@ pub(crate) struct Out {
     pub what: What,
 }
 
+/// Where a partition's decisions go, in the order it takes them: an [`Outbox`] (several
+/// partitions: merged later), or straight on (one partition, whose decisions already come in
+/// tag order).
+pub(crate) trait Decisions {
+    /// A message without its events.
+    fn message(&mut self, tag: Tag, message: Message, origin: Origin);
+    /// A message with its send and receive events.
+    fn message_with_events(
+        &mut self,
+        tag: Tag,
+        message: Message,
+        origin: Origin,
+        events: [PacketEvent; 2],
+    );
+    /// An event for the range matcher.
+    fn candidate(&mut self, tag: Tag, u: Unpaired);
+}
+
 /// The decisions of one partition in one stretch of input, in tag order once
 /// [`sort`](Self::sort)ed. Bulky parts (event records, range candidates) live beside the items so
 /// that the items stay small.
@@ -74,10 +92,11 @@ impl Outbox {
         }
         self.items.push(Out { tag, what });
     }
+}
 
-    /// A message without its events.
+impl Decisions for Outbox {
     #[inline]
-    pub fn message(&mut self, tag: Tag, message: Message, origin: Origin) {
+    fn message(&mut self, tag: Tag, message: Message, origin: Origin) {
         self.push(
             tag,
             What::Message {
@@ -88,9 +107,8 @@ impl Outbox {
         );
     }
 
-    /// A message with its send and receive events.
     #[inline]
-    pub fn message_with_events(
+    fn message_with_events(
         &mut self,
         tag: Tag,
         message: Message,
@@ -109,13 +127,14 @@ impl Outbox {
         );
     }
 
-    /// An event for the range matcher.
-    pub fn candidate(&mut self, tag: Tag, u: Unpaired) {
+    fn candidate(&mut self, tag: Tag, u: Unpaired) {
         self.candidates.push(u);
         let i = (self.candidates.len() - 1) as u32;
         self.push(tag, What::Candidate(i));
     }
+}
 
+impl Outbox {
     /// Puts the items in tag order (they almost always are: then this costs one pass).
     pub fn sort(&mut self) {
         if self.unsorted {

@@ -15,7 +15,8 @@
 //! high-water mark and every later decision after it, so merging tick by tick gives the same
 //! sequence as one partition would.
 //!
-//! With one thread the same stages run inline, event by event, without copies or channels.
+//! With one thread the same stages run inline, event by event, without copies, buffers or
+//! channels: one partition decides its keys in tag order already.
 
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 
@@ -25,7 +26,7 @@ use super::key::key_hash;
 use super::keys::KeyMatcher;
 use super::merge::Reader;
 use super::order::{self, Outbox};
-use super::sequencer::Sequencer;
+use super::sequencer::{Direct, Sequencer};
 use super::{MatchOptions, MatchStats};
 use crate::input::error::InputError;
 use crate::model::MessageSink;
@@ -65,7 +66,6 @@ pub(super) fn run<S: MessageSink + ?Sized>(
     let mut stats = if threads == 1 {
         let mut inline = Inline {
             keys: new_keys(),
-            out: Outbox::default(),
             sequencer: &mut sequencer,
             sink: &mut *sink,
             progress,
@@ -73,13 +73,11 @@ pub(super) fn run<S: MessageSink + ?Sized>(
         reader.run(&mut inline)?;
         let Inline {
             keys,
-            mut out,
             sequencer,
             sink,
             ..
         } = inline;
-        let (stats, _) = keys.finish(&mut out);
-        pass(std::slice::from_mut(&mut out), sequencer, sink);
+        let (stats, _) = keys.finish(&mut Direct { sequencer, sink });
         stats
     } else {
         let keys: Vec<KeyMatcher> = (0..threads).map(|_| new_keys()).collect();
@@ -97,10 +95,9 @@ fn pass<S: MessageSink + ?Sized>(boxes: &mut [Outbox], sequencer: &mut Sequencer
     order::merge(boxes, |o, from| sequencer.item(o, from, sink));
 }
 
-/// One thread: the reader calls the partition and the sequencer directly.
+/// One thread: the reader calls the partition, and the partition the sequencer, directly.
 struct Inline<'a, S: MessageSink + ?Sized> {
     keys: KeyMatcher,
-    out: Outbox,
     sequencer: &'a mut Sequencer,
     sink: &'a mut S,
     progress: &'a mut dyn FnMut(u64),
@@ -114,8 +111,12 @@ impl<S: MessageSink + ?Sized> Dispatch for Inline<'_, S> {
 
     #[inline]
     fn event(&mut self, trace: u32, e: &PacketEvent, index: u64, hw: i64, seq: u64) {
+        let mut direct = Direct {
+            sequencer: self.sequencer,
+            sink: self.sink,
+        };
         self.keys
-            .event(trace, e, e.ts_ns as i64, hw, index, seq, &mut self.out);
+            .event(trace, e, e.ts_ns as i64, hw, index, seq, &mut direct);
     }
 
     fn trace_ends(&mut self, trace: u32, last: i64, hw: i64) {
@@ -124,12 +125,11 @@ impl<S: MessageSink + ?Sized> Dispatch for Inline<'_, S> {
     }
 
     fn tick(&mut self, hw: i64, bytes: u64) {
-        self.keys.expire(hw, &mut self.out);
-        pass(
-            std::slice::from_mut(&mut self.out),
-            self.sequencer,
-            self.sink,
-        );
+        let mut direct = Direct {
+            sequencer: self.sequencer,
+            sink: self.sink,
+        };
+        self.keys.expire(hw, &mut direct);
         if bytes > 0 {
             (self.progress)(bytes);
         }
