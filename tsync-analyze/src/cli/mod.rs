@@ -80,6 +80,10 @@ pub struct MatchArgs {
     /// on a side within it are dropped as ambiguous.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_WINDOW_NS as f64 / 1e9)]
     pub match_window: f64,
+    /// Threads matching the packets (default: one per core). The results are the same whatever
+    /// the number.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: Option<u32>,
 }
 
 impl MatchArgs {
@@ -94,6 +98,7 @@ impl MatchArgs {
             window_ns: (self.match_window * 1e9).round() as i64,
             exchanges: false,
             by_range: true,
+            threads: self.threads.map_or(0, |n| n as usize),
         })
     }
 }

@@ -3,7 +3,7 @@
 
 use tsync_common::{PacketEvent, kind, tcp_flag};
 
-use crate::matching::Seen;
+use crate::matching::keys::Seen;
 use crate::matching::live::KeyEq;
 
 /// The hash of `e`'s packet key (both ends of a packet hash alike): for sampling keys.

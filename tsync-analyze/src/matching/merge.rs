@@ -20,7 +20,9 @@ use crate::input::tracefile::{TraceFile, TraceHeader, usable};
 use crate::input::{InputSet, Source, SourceKind, text};
 use crate::matching::alignment::SampleInput;
 use crate::matching::exchange::ReplyPairing;
-use crate::matching::{MatchOptions, MatchStats, Matcher, offload_warning};
+use crate::matching::keys::Recordings;
+use crate::matching::parallel::{self, Dispatch};
+use crate::matching::{MatchOptions, MatchStats, offload_warning};
 use crate::model::{MatchedMessage, MessageSink, Origin};
 
 /// Reading the messages of an input set is the matching stage's work: the inputs only know their
@@ -219,10 +221,165 @@ fn overlap_warnings(streams: &[Stream]) -> Vec<String> {
     warnings
 }
 
+/// How many events go to the matching threads at a time (see [`parallel`]): enough that handing
+/// them over costs little per event, few enough that the threads stay in step.
+const TICK_EVENTS: u64 = 8192;
+
+/// The trace files being read and merged into one stream of events on the merge axis.
+pub(super) struct Reader {
+    streams: Vec<Stream>,
+    /// The merge's slack (see [`Reader::run`]).
+    slack: i64,
+    /// Warnings found before matching (alignment, the same recording twice).
+    warnings: Vec<String>,
+    recordings: Recordings,
+}
+
+impl Reader {
+    /// Opens the files, aligns their clocks coarsely and finds each one's first event.
+    fn open(sources: &[&Source], options: &MatchOptions) -> Result<Reader, InputError> {
+        let mut streams = Vec::with_capacity(sources.len());
+        for s in sources {
+            let file = TraceFile::open(&s.path)?;
+            let shift = file.start_shift();
+            streams.push(Stream {
+                trace: s.first_trace,
+                file,
+                pos: 0,
+                index: 0,
+                shift,
+                coarse: 0,
+                last_ts: i64::MIN,
+                out_of_order: 0,
+                invalid: 0,
+                span: None,
+            });
+        }
+        let mut warnings = Vec::new();
+        if !same_host(&streams) {
+            let files: Vec<SampleInput<'_>> = streams
+                .iter()
+                .map(|st| SampleInput {
+                    path: st.file.path(),
+                    name: st.file.node_name(),
+                })
+                .collect();
+            let alignment = crate::matching::alignment::estimate(&files);
+            for (st, c) in streams.iter_mut().zip(alignment.corrections_ns) {
+                st.coarse = c;
+            }
+            warnings = alignment.warnings;
+        }
+        warnings.extend(duplicate_warnings(&streams));
+        let mut recordings = Recordings::default();
+        recordings.set_addresses(node_addresses(
+            streams.iter().map(|st| (st.trace, st.file.header())),
+        ));
+        for st in streams.iter_mut() {
+            // (An event chunk may be empty: look for the first event.)
+            while st.refill()? {
+                if let Some(first) = st.file.events().first() {
+                    let first = st.aligned(first);
+                    recordings.starts(st.trace, first);
+                    st.span = Some((first, first));
+                    break;
+                }
+            }
+        }
+        Ok(Reader {
+            streams,
+            // The merge need not be exact: a key waits a whole window, so a stream may run ahead
+            // of the others by a small fraction of it.
+            slack: (options.window_ns / 16).max(0),
+            warnings,
+            recordings,
+        })
+    }
+
+    /// What the matching stages must know of the recordings before the first event.
+    pub(super) fn recordings(&self) -> &Recordings {
+        &self.recordings
+    }
+
+    /// Streams every usable event to `d` in merged order, each with its position in the merged
+    /// input and the merge axis's high-water mark (the largest aligned time so far, which every
+    /// stage takes as the time: it never goes back, so every partition agrees on when a key is
+    /// due).
+    pub(super) fn run<D: Dispatch>(&mut self, d: &mut D) -> Result<(), InputError> {
+        let mut heap = BinaryHeap::with_capacity(self.streams.len());
+        for (i, st) in self.streams.iter().enumerate() {
+            if let Some((first, _)) = st.span {
+                heap.push(Reverse((first, i)));
+            }
+        }
+        let (mut hw, mut seq, mut bytes) = (i64::MIN, 0u64, 0u64);
+        let mut next_tick = TICK_EVENTS;
+        // Taking events in slices instead of one by one keeps the heap off the per-event path.
+        while let Some(Reverse((_, i))) = heap.pop() {
+            let limit = heap
+                .peek()
+                .map_or(i64::MAX, |r| r.0.0.saturating_add(self.slack));
+            let st = &mut self.streams[i];
+            loop {
+                let events = st.file.events();
+                if st.pos == events.len() {
+                    bytes += st.file.chunk_bytes();
+                    let events = st.file.events();
+                    // The span ends with the last event of the last chunk (per chunk, not per
+                    // event: this loop is the hot path).
+                    if let Some(last) = events.last().map(|e| st.aligned(e))
+                        && let Some(span) = st.span.as_mut()
+                    {
+                        span.1 = span.1.max(last);
+                    }
+                    if !st.refill()? {
+                        if let Some((_, last)) = st.span {
+                            d.trace_ends(st.trace, last, hw);
+                        }
+                        break;
+                    }
+                    continue;
+                }
+                let e = &events[st.pos];
+                let aligned = st.aligned(e);
+                if aligned > limit {
+                    heap.push(Reverse((aligned, i)));
+                    break;
+                }
+                st.pos += 1;
+                if let Some(ahead) = events.get(st.pos + PREFETCH_DISTANCE) {
+                    d.prefetch(ahead);
+                }
+                let index = st.index;
+                st.index += 1;
+                if !usable(e) {
+                    st.invalid += 1;
+                    continue;
+                }
+                let t = e.ts_ns as i64;
+                if t < st.last_ts {
+                    st.out_of_order += 1;
+                }
+                st.last_ts = st.last_ts.max(t);
+                hw = hw.max(aligned);
+                d.event(st.trace, e, index, hw, seq);
+                seq += 1;
+                if seq == next_tick {
+                    next_tick += TICK_EVENTS;
+                    d.tick(hw, std::mem::take(&mut bytes));
+                }
+            }
+        }
+        d.tick(hw, bytes);
+        Ok(())
+    }
+}
+
 /// How many events ahead the matcher is asked to load the index cells an event will probe.
 const PREFETCH_DISTANCE: usize = 4;
 
-/// Matches the events of several trace files and streams the messages to `sink`.
+/// Matches the events of several trace files and streams the messages to `sink`, on
+/// `options.thread_count()` threads (see [`parallel`]).
 ///
 /// Generic over the sink so that the per-message call inlines (`&mut dyn MessageSink` works too).
 pub fn match_files<S: MessageSink + ?Sized>(
@@ -231,116 +388,15 @@ pub fn match_files<S: MessageSink + ?Sized>(
     sink: &mut S,
     progress: &mut dyn FnMut(u64),
 ) -> Result<MatchStats, InputError> {
-    let mut streams = Vec::with_capacity(sources.len());
-    for s in sources {
-        let file = TraceFile::open(&s.path)?;
-        let shift = file.start_shift();
-        streams.push(Stream {
-            trace: s.first_trace,
-            file,
-            pos: 0,
-            index: 0,
-            shift,
-            coarse: 0,
-            last_ts: i64::MIN,
-            out_of_order: 0,
-            invalid: 0,
-            span: None,
-        });
-    }
-    let mut warnings = Vec::new();
-    if !same_host(&streams) {
-        let files: Vec<SampleInput<'_>> = streams
-            .iter()
-            .map(|st| SampleInput {
-                path: st.file.path(),
-                name: st.file.node_name(),
-            })
-            .collect();
-        let alignment = crate::matching::alignment::estimate(&files);
-        for (st, c) in streams.iter_mut().zip(alignment.corrections_ns) {
-            st.coarse = c;
-        }
-        warnings = alignment.warnings;
-    }
-    warnings.extend(duplicate_warnings(&streams));
-    let mut matcher = Matcher::new(options);
-    let mut heap = BinaryHeap::with_capacity(streams.len());
-    for (i, st) in streams.iter_mut().enumerate() {
-        // (An event chunk may be empty: look for the first event.)
-        while st.refill()? {
-            if let Some(first) = st.file.events().first() {
-                let first = st.aligned(first);
-                heap.push(Reverse((first, i)));
-                matcher.trace_starts(st.trace, first);
-                st.span = Some((first, first));
-                break;
-            }
-        }
-    }
-    // The merge need not be exact: a key waits a whole window, so a stream may run ahead of the
-    // others by a small fraction of it. Taking events in slices instead of one by one keeps the
-    // heap off the per-event path.
-    let slack = (options.window_ns / 16).max(0);
-    matcher.set_events_wanted(sink.wants_events());
-    matcher.set_node_addresses(node_addresses(
-        streams.iter().map(|st| (st.trace, st.file.header())),
-    ));
-    while let Some(Reverse((_, i))) = heap.pop() {
-        let limit = heap
-            .peek()
-            .map_or(i64::MAX, |r| r.0.0.saturating_add(slack));
-        let st = &mut streams[i];
-        loop {
-            let events = st.file.events();
-            if st.pos == events.len() {
-                progress(st.file.chunk_bytes());
-                let events = st.file.events();
-                // The span ends with the last event of the last chunk (per chunk, not per event:
-                // this loop is the hot path).
-                if let Some(last) = events.last().map(|e| st.aligned(e))
-                    && let Some(span) = st.span.as_mut()
-                {
-                    span.1 = span.1.max(last);
-                }
-                if !st.refill()? {
-                    if let Some((_, last)) = st.span {
-                        matcher.trace_ends(st.trace, last);
-                    }
-                    break;
-                }
-                continue;
-            }
-            let e = &events[st.pos];
-            let aligned = st.aligned(e);
-            if aligned > limit {
-                heap.push(Reverse((aligned, i)));
-                break;
-            }
-            st.pos += 1;
-            if let Some(ahead) = events.get(st.pos + PREFETCH_DISTANCE) {
-                matcher.prefetch(ahead);
-            }
-            let index = st.index;
-            st.index += 1;
-            if !usable(e) {
-                st.invalid += 1;
-                continue;
-            }
-            let t = e.ts_ns as i64;
-            if t < st.last_ts {
-                st.out_of_order += 1;
-                matcher.out_of_order();
-            }
-            st.last_ts = st.last_ts.max(t);
-            matcher.event(st.trace, e, t, aligned, index, sink);
-        }
-    }
-    let mut stats = matcher.finish(sink);
-    warnings.extend(overlap_warnings(&streams));
+    let mut reader = Reader::open(sources, options)?;
+    let mut stats = parallel::run(&mut reader, options, sink, progress)?;
+    let streams = &reader.streams;
+    let mut warnings = std::mem::take(&mut reader.warnings);
+    stats.out_of_order += streams.iter().map(|st| st.out_of_order).sum::<u64>();
+    warnings.extend(overlap_warnings(streams));
     stats.warnings.extend(warnings);
     stats.warnings.extend(offload_warning(&stats));
-    for st in &streams {
+    for st in streams {
         let name = st.file.path().display();
         if let Some(d) = st.file.damage() {
             stats.warnings.push(format!(

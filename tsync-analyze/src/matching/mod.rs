@@ -30,25 +30,23 @@
 pub mod alignment;
 pub mod exchange;
 mod key;
-pub mod merge;
-mod ranges;
-
-use std::collections::HashMap;
-
-use tsync_common::{PacketEvent, direction};
-
-use crate::model::{MatchedMessage, Message, MessageSink, Origin};
-
+mod keys;
 mod live;
+pub mod merge;
+mod order;
+mod parallel;
+mod ranges;
+mod sequencer;
 
-use exchange::AckPairing;
-use key::Key;
 pub(crate) use key::key_hash;
-use live::LiveKeys;
-use ranges::{RangeMatcher, Unpaired};
-// The tests (`use super::*`) read these; the code here no longer does.
+// The tests (`use super::*`) read these; the code here does not.
 #[cfg(test)]
-use {key::KEY_FLAGS, tsync_common::tcp_flag};
+use {
+    crate::model::{MatchedMessage, Message, MessageSink, Origin},
+    key::{KEY_FLAGS, Key},
+    keys::Seen,
+    tsync_common::{PacketEvent, direction, tcp_flag},
+};
 
 /// How far apart (ns, on one node's clock) the copies of one packet on stacked devices may be.
 /// The kernel passes a packet through a bridge, a bond or a VLAN device and its lower device in
@@ -69,6 +67,19 @@ pub struct MatchOptions {
     /// Whether TCP segments left unmatched are paired by the sequence ranges they cover
     /// (segmentation and receive offloads; see `ranges`). On by default.
     pub by_range: bool,
+    /// Threads matching the digests (`--threads`); 0: one per core. The results are the same
+    /// whatever the number (see `order`).
+    pub threads: usize,
+}
+
+impl MatchOptions {
+    /// The number of matching threads to run: `threads`, or one per core when 0.
+    pub fn thread_count(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
 }
 
 impl Default for MatchOptions {
@@ -77,6 +88,7 @@ impl Default for MatchOptions {
             window_ns: DEFAULT_WINDOW_NS,
             exchanges: false,
             by_range: true,
+            threads: 0,
         }
     }
 }
@@ -153,98 +165,26 @@ pub fn offload_warning(stats: &MatchStats) -> Option<String> {
     })
 }
 
-/// One side of a key: the first event seen on it (what the key does not already hold).
-#[derive(Clone, Copy, Debug, Default)]
-struct Seen {
-    pub(super) time: i64,
-    pub(super) index: u64,
-    pub(super) trace: u32,
-    pub(super) ifindex: u32,
-    pub(super) cpu: u16,
-    pub(super) tcp_flags: u8,
+/// The whole matching stage on one thread, event by event: the tests' way in.
+#[cfg(test)]
+pub(crate) struct Matcher {
+    keys: keys::KeyMatcher,
+    sequencer: sequencer::Sequencer,
+    out: order::Outbox,
 }
 
-impl Seen {
-    /// Whether `later`, seen on the same side of the same key, is a copy of this event on
-    /// another device of a stack (see the module doc).
-    #[inline]
-    fn stacked_copy(&self, later: &Seen) -> bool {
-        later.trace == self.trace
-            && later.ifindex != self.ifindex
-            && later.time.abs_diff(self.time) <= STACKED_COPY_NS
-    }
-}
-
-/// What the matcher remembers of a live key besides the key itself.
-#[derive(Clone, Copy, Debug, Default)]
-struct Entry {
-    /// Aligned time of the first event: the key is decided `window` later.
-    first_seen: i64,
-    /// The first send event (valid when `sends > 0`).
-    send: Seen,
-    /// The first receive event (valid when `recvs > 0`).
-    recv: Seen,
-    sends: u32,
-    recvs: u32,
-}
-
-/// The matcher state. Feed it events in merged time order with [`Matcher::event`], then call
-/// [`Matcher::finish`].
-///
-/// The live keys are kept in creation order (the order they are decided in) with a compact hash
-/// index over them (see [`live`]): expiring needs no search and the index stays small enough for
-/// the cache.
-pub struct Matcher {
-    live: LiveKeys<Key, Entry>,
-    decider: Decider,
-    /// Pairs by sequence range what the digest could not (None: `by_range` off).
-    ranges: Option<RangeMatcher>,
-}
-
-/// What decides expired keys (apart from the live keys, so that a key can be decided where it
-/// lies in the ring, without copying it out).
-struct Decider {
-    window: i64,
-    /// Whether the sink wants the event records of each message.
-    events_wanted: bool,
-    stats: MatchStats,
-    exchanges: Option<AckPairing>,
-    /// The traced nodes' own addresses (network byte order, IPv4 in the first 4 bytes).
-    /// The traced nodes' addresses and the trace each belongs to.
-    node_addresses: HashMap<[u8; 16], u32>,
-    /// Per trace, the span of its recording on the merge axis: from its first event to its last
-    /// (`i64::MAX` while it is still being read).
-    spans: HashMap<u32, (i64, i64)>,
-}
-
+#[cfg(test)]
 impl Matcher {
     pub fn new(options: &MatchOptions) -> Self {
         Matcher {
-            live: LiveKeys::with_capacity(1 << 12),
-            decider: Decider {
-                window: options.window_ns.max(1),
-                events_wanted: true,
-                stats: MatchStats::default(),
-                exchanges: options.exchanges.then(AckPairing::default),
-                node_addresses: HashMap::new(),
-                spans: HashMap::new(),
-            },
-            ranges: options
-                .by_range
-                .then(|| RangeMatcher::new(options.window_ns.max(1))),
+            keys: keys::KeyMatcher::new(options.window_ns, options.by_range),
+            sequencer: sequencer::Sequencer::new(options, true),
+            out: order::Outbox::default(),
         }
     }
 
-    /// Hints that `e` will be passed to [`event`](Self::event) soon: starts loading the part of
-    /// the index it will probe, so that the probe does not wait for memory.
-    #[inline]
-    pub fn prefetch(&self, e: &PacketEvent) {
-        self.live.prefetch_home(Key::of(e).hash());
-    }
-
-    /// Adds an event of trace `trace`: `time` is its local time (ns), `aligned` its time on the
-    /// common merge axis, `index` its position in its file.
-    #[inline]
+    /// Adds an event (see [`keys::KeyMatcher::event`]); its position in the input is the count
+    /// of events so far.
     pub fn event<S: MessageSink + ?Sized>(
         &mut self,
         trace: u32,
@@ -254,231 +194,40 @@ impl Matcher {
         index: u64,
         sink: &mut S,
     ) {
-        self.decider.stats.events += 1;
-        self.expire(aligned, sink);
-        let key = Key::of(e);
-        let hash = key.hash();
-        let seen = Seen {
-            time,
-            index,
-            trace,
-            ifindex: e.ifindex,
-            cpu: e.cpu,
-            tcp_flags: e.tcp_flags,
-        };
-        let is_send = e.direction == direction::SEND;
-        if let Some(entry) = self.live.find_mut(hash, &key) {
-            let (first, count) = if is_send {
-                (&mut entry.send, &mut entry.sends)
-            } else {
-                (&mut entry.recv, &mut entry.recvs)
-            };
-            if *count == 0 {
-                *first = seen;
-                *count = 1;
-            } else if first.stacked_copy(&seen) {
-                self.decider.stats.stacked_copies += 1;
-            } else {
-                *count = count.saturating_add(1);
-            }
-            return;
-        }
-        self.live.push_back(
-            hash,
-            key,
-            Entry {
-                first_seen: aligned,
-                send: seen,
-                recv: seen,
-                sends: u32::from(is_send),
-                recvs: u32::from(!is_send),
-            },
-        );
+        let seq = self.keys.stats.events;
+        self.keys
+            .event(trace, e, time, aligned, index, seq, &mut self.out);
+        self.drain(sink);
     }
 
-    /// The traced nodes' addresses, so that unmatched oversized packets between them can be
-    /// told apart (offloads) from traffic with the outside world.
-    pub fn set_node_addresses(&mut self, addresses: HashMap<[u8; 16], u32>) {
-        self.decider.node_addresses = addresses;
+    fn drain<S: MessageSink + ?Sized>(&mut self, sink: &mut S) {
+        drain(&mut self.out, &mut self.sequencer, sink);
     }
 
-    /// Says that `trace`'s recording starts at `first` (merge axis): packets to or from it before
-    /// are not its to miss.
-    pub fn trace_starts(&mut self, trace: u32, first: i64) {
-        self.decider.spans.insert(trace, (first, i64::MAX));
-    }
-
-    /// Says that `trace`'s recording ended with an event at `last` (merge axis), cut short or not.
-    pub fn trace_ends(&mut self, trace: u32, last: i64) {
-        if let Some(span) = self.decider.spans.get_mut(&trace) {
-            span.1 = last;
-        }
-    }
-
-    /// Skips rebuilding the event records of messages when the sink does not need them.
-    pub fn set_events_wanted(&mut self, wanted: bool) {
-        self.decider.events_wanted = wanted;
-        if let Some(r) = self.ranges.as_mut() {
-            r.events_wanted = wanted;
-        }
-    }
-
-    /// Counts an event found out of order in its file.
-    pub fn out_of_order(&mut self) {
-        self.decider.stats.out_of_order += 1;
-    }
-
-    /// Decides every key whose window ended before `now`.
-    #[inline]
-    fn expire<S: MessageSink + ?Sized>(&mut self, now: i64, sink: &mut S) {
-        while let Some(front) = self.live.front() {
-            if front.value.first_seen.saturating_add(self.decider.window) >= now {
-                break;
-            }
-            self.decider
-                .decide(&front.value, &front.key, self.ranges.as_mut(), sink);
-            self.live.drop_front();
-        }
-        if let Some(r) = self.ranges.as_mut()
-            && r.holds_any()
-        {
-            let d = &mut self.decider;
-            let suspect = |e: &PacketEvent, t: i64| d_suspect(&d.node_addresses, &d.spans, e, t);
-            r.expire(now, false, &mut d.stats, &suspect, sink);
-        }
-    }
-
-    /// Decides every remaining key and returns the counts.
-    pub fn finish<S: MessageSink + ?Sized>(mut self, sink: &mut S) -> MatchStats {
-        while let Some(front) = self.live.front() {
-            self.decider
-                .decide(&front.value, &front.key, self.ranges.as_mut(), sink);
-            self.live.drop_front();
-        }
-        if let Some(r) = self.ranges.as_mut() {
-            let d = &mut self.decider;
-            let suspect = |e: &PacketEvent, t: i64| d_suspect(&d.node_addresses, &d.spans, e, t);
-            r.expire(i64::MAX, true, &mut d.stats, &suspect, sink);
-        }
-        self.decider.stats
+    pub fn finish<S: MessageSink + ?Sized>(self, sink: &mut S) -> MatchStats {
+        let Matcher {
+            keys,
+            mut sequencer,
+            mut out,
+        } = self;
+        let (mut stats, _) = keys.finish(&mut out);
+        drain(&mut out, &mut sequencer, sink);
+        stats.add(&sequencer.finish(sink));
+        stats
     }
 }
 
-/// An oversized packet between two traced nodes, seen at `t` while both were recording (see
-/// [`MatchStats::oversize_unmatched`]): a packet sent after the receiver's trace ended (a file
-/// cut short, recordings that stop at different times) is no sign of offloads.
-fn d_suspect(
-    node_addresses: &HashMap<[u8; 16], u32>,
-    spans: &HashMap<u32, (i64, i64)>,
-    e: &PacketEvent,
-    t: i64,
-) -> bool {
-    let recording = |addr: &[u8; 16]| {
-        node_addresses.get(addr).is_some_and(|trace| {
-            spans
-                .get(trace)
-                .is_none_or(|&(first, last)| first <= t && t <= last)
-        })
-    };
-    e.tot_len > OFFLOAD_SUSPECT_LEN && recording(&e.saddr) && recording(&e.daddr)
-}
-
-impl Decider {
-    /// See [`d_suspect`]. Only unmatched keys get here, so rebuilding the record (which knows
-    /// the key's layout) is cheap enough.
-    fn offload_suspect(&self, key: &Key, t: i64) -> bool {
-        let e = key.event(&Seen::default(), direction::SEND);
-        d_suspect(&self.node_addresses, &self.spans, &e, t)
+/// Passes `out`'s decisions, in the order they were taken, to the sequencer.
+#[cfg(test)]
+fn drain<S: MessageSink + ?Sized>(
+    out: &mut order::Outbox,
+    sequencer: &mut sequencer::Sequencer,
+    sink: &mut S,
+) {
+    for o in &out.items {
+        sequencer.item(o, out, sink);
     }
-
-    /// Hands the sides of an undecided key to the range matcher, if it takes them; false when
-    /// it does not (then they are unmatched here).
-    fn to_ranges(&self, e: &Entry, key: &Key, ranges: Option<&mut RangeMatcher>) -> bool {
-        let Some(ranges) = ranges else {
-            return false;
-        };
-        let probe = key.event(&Seen::default(), direction::SEND);
-        if !RangeMatcher::takes(&probe) {
-            return false;
-        }
-        for (seen, count, dir) in [
-            (&e.send, e.sends, direction::SEND),
-            (&e.recv, e.recvs, direction::RECV),
-        ] {
-            if count > 0 {
-                ranges.add(Unpaired {
-                    event: key.event(seen, dir),
-                    trace: seen.trace,
-                    time: seen.time,
-                    index: seen.index,
-                    first_seen: e.first_seen,
-                    count,
-                });
-            }
-        }
-        true
-    }
-
-    #[inline]
-    fn decide<S: MessageSink + ?Sized>(
-        &mut self,
-        e: &Entry,
-        key: &Key,
-        ranges: Option<&mut RangeMatcher>,
-        sink: &mut S,
-    ) {
-        if e.sends > 1 || e.recvs > 1 {
-            self.stats.ambiguous += 1;
-            if !self.to_ranges(e, key, ranges) {
-                self.stats.unmatched += u64::from(e.sends) + u64::from(e.recvs);
-            }
-            return;
-        }
-        if e.sends == 0 || e.recvs == 0 {
-            if self.to_ranges(e, key, ranges) {
-                return;
-            }
-            self.stats.unmatched += 1;
-            if self.offload_suspect(key, e.first_seen) {
-                self.stats.oversize_unmatched += 1;
-            }
-            return;
-        }
-        let (s, r) = (e.send, e.recv);
-        if s.trace == r.trace {
-            self.stats.same_trace += 1;
-            return;
-        }
-        self.stats.matched += 1;
-        let events = (self.events_wanted || self.exchanges.is_some()).then(|| {
-            (
-                key.event(&s, direction::SEND),
-                key.event(&r, direction::RECV),
-            )
-        });
-        let m = MatchedMessage {
-            message: Message {
-                send_trace: s.trace,
-                recv_trace: r.trace,
-                send_ns: s.time,
-                recv_ns: r.time,
-            },
-            origin: Origin::Events {
-                send_index: s.index,
-                recv_index: r.index,
-            },
-            send_event: events.as_ref().map(|e| &e.0),
-            recv_event: events.as_ref().map(|e| &e.1),
-        };
-        sink.message(&m);
-        if let Some(p) = self.exchanges.as_mut()
-            && let Some((send_event, _)) = &events
-            && let Some(x) = p.push(send_event, m.message, self.window)
-        {
-            self.stats.exchanges += 1;
-            sink.exchange(&x);
-        }
-    }
+    out.clear();
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ use rustc_hash::FxHashMap;
 use tsync_common::{PacketEvent, direction};
 
 use super::MatchStats;
+use super::keys::Recordings;
 use crate::model::{MatchedMessage, Message, MessageSink, Origin};
 
 /// A TCP connection, one direction.
@@ -200,46 +201,61 @@ impl RangeMatcher {
 
     /// Decides the receives whose overlapping sends have all arrived by `now` (merge axis), and
     /// forgets what no later event can overlap. `all` decides and forgets everything (the end).
+    ///
+    /// Decisions (due `2·window` after the first sight) and forgetting (due `3·window` after)
+    /// are taken in the order of their due times, decisions first on a tie, whenever this is
+    /// called: the result depends on those times only, not on when the caller looks (see
+    /// [`super::order`]).
     pub fn expire<S: MessageSink + ?Sized>(
         &mut self,
         now: i64,
         all: bool,
         stats: &mut MatchStats,
-        suspect: &dyn Fn(&PacketEvent, i64) -> bool,
+        recordings: &Recordings,
         sink: &mut S,
     ) {
         let window = self.window;
-        let due = |first_seen: i64, windows: i64| {
-            all || first_seen.saturating_add(windows * window) < now
-        };
-        while let Some(&(first_seen, slot)) = self.to_decide.front() {
-            if !due(first_seen, 2) {
-                break;
-            }
-            self.to_decide.pop_front();
-            self.decide(slot, stats, sink);
-        }
-        while let Some(&(first_seen, (flow, side, key))) = self.to_forget.front() {
-            if !due(first_seen, 3) {
-                break;
-            }
-            self.to_forget.pop_front();
-            let Some(ranges) = self.flows.get_mut(&flow) else {
-                continue;
+        let due = |first_seen: i64, windows: i64| first_seen.saturating_add(windows * window);
+        loop {
+            let decide = self.to_decide.front().map(|&(f, _)| due(f, 2));
+            let forget = self.to_forget.front().map(|&(f, _)| due(f, 3));
+            let (decide_first, at) = match (decide, forget) {
+                (Some(d), Some(f)) => (d <= f, d.min(f)),
+                (Some(d), None) => (true, d),
+                (None, Some(f)) => (false, f),
+                (None, None) => break,
             };
-            if let Some(p) = ranges.sides[side].remove(&key) {
-                let u = &self.slab[p.slot as usize];
-                if !p.paired {
-                    stats.unmatched += u64::from(p.count);
-                    if p.count == 1 && suspect(&u.event, u.first_seen) {
-                        stats.oversize_unmatched += 1;
-                    }
+            if !(all || at < now) {
+                break;
+            }
+            if decide_first {
+                let (_, slot) = self.to_decide.pop_front().expect("looked at");
+                self.decide(slot, stats, sink);
+            } else {
+                let (_, slot) = self.to_forget.pop_front().expect("looked at");
+                self.forget(slot, stats, recordings);
+            }
+        }
+    }
+
+    /// Drops an entry no later event can overlap, counting it as unmatched if it never paired.
+    fn forget(&mut self, (flow, side, key): Slot, stats: &mut MatchStats, recordings: &Recordings) {
+        let Some(ranges) = self.flows.get_mut(&flow) else {
+            return;
+        };
+        if let Some(p) = ranges.sides[side].remove(&key) {
+            let u = &self.slab[p.slot as usize];
+            if !p.paired {
+                stats.unmatched += u64::from(p.count);
+                let due = u.first_seen.saturating_add(3 * self.window);
+                if p.count == 1 && recordings.suspect(&u.event, u.first_seen, due) {
+                    stats.oversize_unmatched += 1;
                 }
-                self.free.push(p.slot);
             }
-            if ranges.sides.iter().all(BTreeMap::is_empty) {
-                self.flows.remove(&flow);
-            }
+            self.free.push(p.slot);
+        }
+        if ranges.sides.iter().all(BTreeMap::is_empty) {
+            self.flows.remove(&flow);
         }
     }
 

@@ -240,6 +240,7 @@ fn optimized(inputs: &[Input], window: i64) -> Outcome {
         window_ns: window,
         exchanges: false,
         by_range: false,
+        threads: 1,
     });
     let mut sink = Recorder::default();
     let mut counts = [0u64; 4];
@@ -376,6 +377,7 @@ fn by_range(inputs: &[Input], on: bool) -> Outcome {
         window_ns: 1_000_000,
         exchanges: false,
         by_range: on,
+        threads: 1,
     });
     let mut sink = Recorder::default();
     let mut counts = [0u64; 4];

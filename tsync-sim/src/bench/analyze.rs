@@ -119,6 +119,7 @@ pub fn run(o: &Options, meter: &Meter) -> Result<()> {
             let read = meter.measure(&cat, &files, &[])?;
             let decode = decode(&files, format == "text")?;
             let msgs = meter.measure(o.analyzer, &files, &["messages"])?;
+            let one = meter.measure(o.analyzer, &files, &["sync", "--json", "--threads", "1"])?;
             let sync = meter.measure(o.analyzer, &files, &["sync", "--json"])?;
             let versus = match o.baseline {
                 Some(b) => {
@@ -133,15 +134,17 @@ pub fn run(o: &Options, meter: &Meter) -> Result<()> {
                 None => String::new(),
             };
             rows.push(format!(
-                "| {} | {} | {:.0} MB | {:.1} | {:.1} | {:.2} | {:.2} s | **{:.1}** | {:.0} MiB |{versus}",
+                "| {} | {} | {:.0} MB | {:.1} | {:.1} | {:.2} | {:.1} | {:.2} s | **{:.1}** | ×{:.2} | {:.0} MiB |{versus}",
                 d.name,
                 format,
                 bytes as f64 / 1e6,
                 d.messages as f64 / read.seconds / 1e6,
                 d.messages as f64 / decode / 1e6,
                 d.messages as f64 / msgs.seconds / 1e6,
+                d.messages as f64 / one.seconds / 1e6,
                 sync.seconds,
                 d.messages as f64 / sync.seconds / 1e6,
+                one.seconds / sync.seconds,
                 sync.max_rss_kib as f64 / 1024.0,
             ));
             eprintln!("{}", rows.last().expect("pushed"));
@@ -166,15 +169,20 @@ pub fn run(o: &Options, meter: &Meter) -> Result<()> {
     } else {
         ("", "")
     };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut out = format!(
-        "## `tsync-analyze sync` throughput (one core, {})\n\n\
+        "## `tsync-analyze sync` throughput ({}, {threads} cores)\n\n\
          Rates in millions of messages per second. Baselines from the same run: `cat` reads the \
          files (page cache warm); `decode` only parses the text lines, or checks and decodes the \
-         trace-file chunks (the trace format's reader), without matching; `messages` parses and \
-         matches them and prints the messages, without any geometry. Goals: ≥ 20 M/s from trace \
-         files, ≥ 10 M/s from text, memory independent of trace length.\n\n\
-         {note}| workload | input | size | cat M/s | decode M/s | messages M/s | sync time | sync M/s | sync peak RSS |{head}\n\
-         |---|---|---|---|---|---|---|---|---|{rule}\n",
+         trace-file chunks (the trace format's reader), without matching, on one core; \
+         `messages` parses and matches them and prints the messages, without any geometry. \
+         `sync 1 thread` is `sync --threads 1`; `sync` uses every core (trace files are matched \
+         on every core; text files need no matching and are read on one); `×` is the ratio of \
+         the two times. Goals: from trace files ≥ 12 M/s on one core, ≥ 20 M/s (2 traces) and \
+         ≥ 15 M/s (16 traces) on this machine's cores; ≥ 10 M/s from text; memory independent \
+         of trace length.\n\n\
+         {note}| workload | input | size | cat M/s | decode M/s | messages M/s | sync 1 thread M/s | sync time | sync M/s | × | sync peak RSS |{head}\n\
+         |---|---|---|---|---|---|---|---|---|---|---|{rule}\n",
         o.cpu
     );
     for r in &rows {
