@@ -298,7 +298,9 @@ fn disk_verdict(dir: &Path, free: u64) -> Line {
         status,
         "disk",
         format!(
-            "{:.1} GiB free at {}: about {} at {TYPICAL_EVENTS_PER_S} packets/s ({} kB/s)",
+            "{:.1} GiB free at {}: about {} at {TYPICAL_EVENTS_PER_S} packets/s, counted as raw \
+             events ({} kB/s; the worst case: trace files are compressed, the demo's traffic \
+             about 17 times)",
             free as f64 / (1u64 << 30) as f64,
             dir.display(),
             duration_words(secs),
