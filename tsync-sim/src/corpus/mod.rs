@@ -17,6 +17,7 @@ use crate::{Format, SimConfig, simulate};
 
 #[cfg(feature = "check")]
 mod ctf;
+pub mod report;
 
 /// The fuzz targets (`fuzz/fuzz_targets/NAME.rs`).
 pub const TARGETS: &[&str] = &["trace_reader", "text_parser", "sync_pipeline", "ctf_reader"];
