@@ -32,7 +32,7 @@ mod agent;
 pub mod command;
 mod fuse;
 mod netns;
-mod offloads;
+pub mod offloads;
 mod programs;
 pub mod traffic;
 pub mod vm;

@@ -231,26 +231,25 @@ impl Bridge {
     }
 
     /// Turns segmentation (TSO, GSO) and receive (GRO) offloads on or off on every veth end:
-    /// the nodes' `eth0` and the bridge's ports (`ethtool -K`). Linux's veth defaults are TSO
-    /// and GSO on, GRO off.
+    /// the nodes' `eth0` and the bridge's ports. Linux's veth defaults are TSO and GSO on, GRO
+    /// off.
     pub fn set_offloads(&self, on: bool) -> Result<()> {
-        let state = if on { "on" } else { "off" };
         let ends = self
             .nodes
             .iter()
             .map(|n| (n, "eth0".to_owned()))
             .chain((0..self.nodes.len()).map(|k| (&self._switch, format!("p{k}"))));
         for (ns, dev) in ends {
-            let out = ns
-                .command("ethtool")
-                .args(["-K", &dev, "tso", state, "gso", state, "gro", state])
-                .output()
-                .context("cannot run ethtool (install it; `cargo xtask setup` does)")?;
-            if !out.status.success() {
-                bail!(
-                    "`ethtool -K {dev} tso {state} gso {state} gro {state}` in {} failed: {}",
+            let name = dev.clone();
+            let missing = ns
+                .run_in(move || crate::offloads::set(&dev, on))
+                .with_context(|| format!("in namespace {}", ns.name()))?;
+            if !missing.is_empty() {
+                eprintln!(
+                    "note: {name} in {} cannot change {}: left {}",
                     ns.name(),
-                    String::from_utf8_lossy(&out.stderr).trim()
+                    missing.join(", "),
+                    if on { "off" } else { "on" }
                 );
             }
         }

@@ -419,12 +419,13 @@ fn segments_cut_differently_by_offloads_are_paired_by_sequence_range() {
     // the segments: by digest, the bulk transfer's data would not match at all.
     let link = link();
     for (ns, dev) in link.ns.iter().zip(&link.dev) {
-        let out = ns
-            .command("ethtool")
-            .args(["-K", dev, "tso", "off", "gso", "off", "gro", "off"])
-            .output()
-            .expect("ethtool (cargo xtask setup installs it)");
-        assert!(out.status.success(), "{out:?}");
+        let dev = dev.clone();
+        let on = ns.run_in(move || {
+            let missing = tsync_lab::offloads::set(&dev, false)?;
+            assert!(missing.is_empty(), "{missing:?}");
+            tsync_lab::offloads::enabled(&dev).map_err(anyhow::Error::from)
+        });
+        assert_eq!(on.expect("offloads off through the ethtool ioctl"), [""; 0]);
     }
     let dir = tmpdir();
     let files: Vec<PathBuf> = ["a", "b"]

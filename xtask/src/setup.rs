@@ -20,8 +20,8 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const BPF_LINKER_LLVM_FEATURE: &str = "llvm-22";
 /// The cargo-fuzz release `cargo xtask setup` installs when there is none.
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
-/// Debian packages the tests and benchmarks call (`ip`, `bpftool`, `iperf3`, `tshark`, `setpriv`,
-/// `ethtool` for the demo's `--offloads`), the font the plots are drawn with, and LTTng with
+/// Debian packages the tests and benchmarks call (`ip`, `bpftool`, `iperf3`, `tshark`,
+/// `setpriv`), the font the plots are drawn with, and LTTng with
 /// babeltrace2 for the test that applies maps to a real LTTng userspace trace
 /// (`tsync-lab/tests/lttng.rs`: a Python program logging through `lttngust`, read back with
 /// `babeltrace2`), and python3-venv for the test that reads `apply --format otlp`'s output with
@@ -31,7 +31,6 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// (`tsync-lab/src/stall.py`).
 const DEBIAN_PACKAGES: &[&str] = &[
     "iproute2",
-    "ethtool",
     "bpftool",
     "iperf3",
     "tshark",

@@ -16,15 +16,13 @@ use crate::command::{output, run};
 
 /// Debian packages the lab runs: QEMU (7.2 on bookworm; it replaces a preinstalled `qemu-utils`,
 /// which nothing here needs) for x86_64 guests and, `qemu-system-arm`, for the arm64 guest,
-/// `depmod` and busybox (virtme-ng builds its initramfs with them), ethtool (the guests report
-/// their NIC's offloads), xz (the arm64 guest's kernel modules are unpacked for busybox's
+/// `depmod` and busybox (virtme-ng builds its initramfs with them), xz (the arm64 guest's kernel modules are unpacked for busybox's
 /// `insmod`).
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "qemu-system-x86",
     "qemu-system-arm",
     "kmod",
     "busybox-static",
-    "ethtool",
     "xz-utils",
 ];
 /// The foreign Debian architecture the arm64 guest's kernel and busybox come from (`dpkg

@@ -66,11 +66,15 @@ impl GuestArgs {
     fn run_inner(&self) -> anyhow::Result<()> {
         let k = self.index;
         let nic = bring_up_nic(k)?;
-        if let Some(state) = self.offloads.ethtool_state() {
-            crate::command::run(
-                Command::new("ethtool")
-                    .args(["-K", &nic, "tso", state, "gso", state, "gro", state]),
-            )?;
+        if let Some(on) = self.offloads.wanted() {
+            let missing = crate::offloads::set(&nic, on)?;
+            if !missing.is_empty() {
+                eprintln!(
+                    "guest-{k}: {nic} cannot change {}: left {}",
+                    missing.join(", "),
+                    if on { "off" } else { "on" }
+                );
+            }
         }
         let page = Arc::new(map_ivshmem()?);
         let agent_check = self.agent_check()?;
@@ -252,18 +256,12 @@ fn map_ivshmem() -> anyhow::Result<TscPage> {
     bail!("no ivshmem device (1af4:1110) in this guest")
 }
 
-/// The NIC's segmentation and receive offloads that are on (`/sys/class/net/NIC/features` does
-/// not exist; ethtool may be missing: read them through `ethtool -k` when it is there).
+/// The NIC's segmentation and receive offloads that are on, or why they are unknown.
 fn offloads(nic: &str) -> Vec<String> {
-    let Ok(out) = Command::new("ethtool").args(["-k", nic]).output() else {
-        return vec!["(ethtool not installed)".into()];
-    };
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("offload") || l.contains("segmentation"))
-        .filter(|l| l.trim_end().ends_with(": on") || l.contains(": on "))
-        .map(|l| l.split(':').next().unwrap_or("").trim().to_owned())
-        .collect()
+    match crate::offloads::enabled(nic) {
+        Ok(on) => on.into_iter().map(String::from).collect(),
+        Err(e) => vec![format!("(unknown: {e})")],
+    }
 }
 
 fn read_trimmed(path: impl AsRef<Path>) -> String {

@@ -144,8 +144,8 @@ pub fn guest_command(
     } else {
         String::new()
     };
-    let offloads = match options.offloads.ethtool_state() {
-        Some(state) => format!(" --offloads {state}"),
+    let offloads = match options.offloads.wanted() {
+        Some(_) => format!(" --offloads {}", options.offloads.name()),
         None => String::new(),
     };
     format!(
