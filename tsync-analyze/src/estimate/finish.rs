@@ -6,6 +6,7 @@ use crate::estimate::accumulate::PairAccumulator;
 use crate::estimate::corridor::Quality;
 use crate::estimate::joint::{self, JointEdge, ReductionChoice};
 use crate::estimate::pair::pair_result;
+use crate::estimate::parallel::map_in_order;
 use crate::estimate::reduction::{self, Edge, Weight};
 use crate::estimate::result::{PairResult, SyncResult, TraceResult};
 use crate::estimate::timebase::{TimebaseChoice, Timebases};
@@ -23,17 +24,15 @@ pub fn finish(
     let mut warnings = matching.warnings.clone();
     let mut timebases = acc.timebases;
     timebases.settle_bounds();
-    let mut pairs: Vec<PairResult> = acc
-        .pairs
-        .into_iter()
-        .map(|p| {
-            // Converted times may be off by the conversions' bounds: the hull points move
-            // outward by that much (the slope is within 0.1 % of 1) so that every interval
-            // still holds the true line between the raw clocks.
-            let relax = (timebases.bound_ns(p.a) * 1.001 + timebases.bound_ns(p.b)).ceil() as i64;
-            pair_result(p, options, relax)
-        })
-        .collect();
+    let threads = options.matching.thread_count();
+    let accumulated: Vec<_> = acc.pairs.into_iter().collect();
+    let mut pairs: Vec<PairResult> = map_in_order(threads, accumulated, |p| {
+        // Converted times may be off by the conversions' bounds: the hull points move
+        // outward by that much (the slope is within 0.1 % of 1) so that every interval
+        // still holds the true line between the raw clocks.
+        let relax = (timebases.bound_ns(p.a) * 1.001 + timebases.bound_ns(p.b)).ceil() as i64;
+        pair_result(p, options, relax)
+    });
     pairs.sort_by_key(|p| (p.a, p.b));
     let name = |i: u32| &trace_names[i as usize];
     let mut edges = Vec::new();
@@ -92,9 +91,8 @@ pub fn finish(
     let informed = match options.reduction {
         ReductionChoice::Path => vec![0; trace_names.len()],
         ReductionChoice::Joint => {
-            let joint_edges: Vec<JointEdge<'_>> = edges
-                .iter()
-                .filter_map(|e| {
+            let joint_edges: Vec<JointEdge<'_>> =
+                map_in_order(threads, edges.iter().collect(), |e| {
                     let at = pairs
                         .binary_search_by_key(&(e.a, e.b), |p| (p.a, p.b))
                         .ok()?;
@@ -116,6 +114,8 @@ pub fn finish(
                             .flatten(),
                     })
                 })
+                .into_iter()
+                .flatten()
                 .collect();
             joint::refine(&mut red, &joint_edges)
         }
@@ -175,7 +175,7 @@ pub fn finish(
         timebases,
         reduction: options.reduction,
         inverses,
-        network: Default::default(),
+        network: network::Network::new(threads),
     };
     for cycle in network::contradictions(&result, &result.inverses, 5) {
         let names: Vec<String> = cycle

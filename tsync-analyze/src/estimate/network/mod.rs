@@ -61,6 +61,8 @@ pub struct NetworkInterval {
 /// What queries share, built on the first one: the groups' layout and each large group's plan.
 #[derive(Debug, Default)]
 pub(crate) struct Network {
+    /// Threads a plan's grid instants are solved on (`--threads`; 0 or 1: this thread).
+    threads: usize,
     layout: OnceLock<Layout>,
     plans: OnceLock<Vec<OnceLock<Option<plan::Plan>>>>,
 }
@@ -68,11 +70,19 @@ pub(crate) struct Network {
 impl Clone for Network {
     /// A copy starts empty: it is only a cache of what the result holds.
     fn clone(&self) -> Self {
-        Network::default()
+        Network::new(self.threads)
     }
 }
 
 impl Network {
+    /// An empty cache whose plans use up to `threads` threads.
+    pub fn new(threads: usize) -> Self {
+        Network {
+            threads,
+            ..Network::default()
+        }
+    }
+
     fn layout(&self, sync: &SyncResult) -> &Layout {
         self.layout.get_or_init(|| Layout::new(sync))
     }
@@ -83,7 +93,7 @@ impl Network {
             .plans
             .get_or_init(|| (0..layout.groups.len()).map(|_| OnceLock::new()).collect());
         plans[group as usize]
-            .get_or_init(|| plan::Plan::new(sync, inverse, layout, group))
+            .get_or_init(|| plan::Plan::new(sync, inverse, layout, group, self.threads))
             .as_ref()
     }
 }

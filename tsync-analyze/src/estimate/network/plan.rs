@@ -5,6 +5,7 @@
 use super::constraints::{Layout, constraint, reading};
 use super::{GRID, Instant};
 use crate::estimate::SyncResult;
+use crate::estimate::parallel::map_in_order;
 use crate::model::PiecewiseMap;
 
 /// No constraint: the root, or a node the tree does not reach.
@@ -42,6 +43,7 @@ impl Plan {
         inverse: &[PiecewiseMap],
         layout: &Layout,
         group: u32,
+        threads: usize,
     ) -> Option<Plan> {
         let g = &layout.groups[group as usize];
         let first = *g.members.first()?;
@@ -59,22 +61,21 @@ impl Plan {
         if lo.partial_cmp(&hi) == Some(std::cmp::Ordering::Greater) || !lo.is_finite() {
             return None;
         }
-        let grid = (0..GRID)
-            .map(|i| {
-                let at_ref = lo + (hi - lo) * i as f64 / (GRID - 1) as f64;
-                let inst = Instant::solve(sync, inverse, layout, group, at_ref, root).ok()?;
-                let ids = |via: &[Option<u32>]| {
-                    via.iter()
-                        .map(|k| k.map_or(NONE, |k| inst.cs[k as usize].id))
-                        .collect()
-                };
-                Some(Trees {
-                    at_ref,
-                    up: ids(&inst.up.via),
-                    down: ids(&inst.down.via),
-                })
+        // The instants are independent: solved in parallel, kept in grid order.
+        let grid = map_in_order(threads, (0..GRID).collect(), |i| {
+            let at_ref = lo + (hi - lo) * i as f64 / (GRID - 1) as f64;
+            let inst = Instant::solve(sync, inverse, layout, group, at_ref, root).ok()?;
+            let ids = |via: &[Option<u32>]| {
+                via.iter()
+                    .map(|k| k.map_or(NONE, |k| inst.cs[k as usize].id))
+                    .collect()
+            };
+            Some(Trees {
+                at_ref,
+                up: ids(&inst.up.via),
+                down: ids(&inst.down.via),
             })
-            .collect();
+        });
         Some(Plan { group, root, grid })
     }
 

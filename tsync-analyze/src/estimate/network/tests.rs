@@ -27,7 +27,7 @@ fn the_grid_equals_the_exact_solution_at_its_instants_and_never_undercuts_it() {
         w.messages = 400 * w.links.len() as u64;
         let r = run(&w);
         let layout = r.network.layout(&r);
-        let plan = plan::Plan::new(&r, &r.inverses, layout, 0).expect("a span");
+        let plan = plan::Plan::new(&r, &r.inverses, layout, 0, 2).expect("a span");
         let root = layout.local[0] as usize;
         let exact = |at_ref: f64, k: usize| {
             let i = Instant::solve(&r, &r.inverses, layout, 0, at_ref, root).expect("no cycle");

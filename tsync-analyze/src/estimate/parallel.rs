@@ -1,0 +1,61 @@
+//! The finishing work spread over the cores `--threads` allows: each pair's estimate, each
+//! edge's joint centre and each grid instant of the network intervals depend on nothing but
+//! their own input, so they are mapped in parallel and collected in input order — the result is
+//! the same whatever the number of threads (`tests/threads.rs`).
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rayon::prelude::*;
+
+/// `items` mapped by `f` on up to `threads` threads (rayon's work stealing: pairs differ in
+/// cost by their hull sizes), in input order. One thread, one item, or a pool that cannot
+/// start: a plain loop on this thread.
+pub(crate) fn map_in_order<T, U, F>(threads: usize, items: Vec<T>, f: F) -> Vec<U>
+where
+    T: Send,
+    U: Send,
+    F: Fn(T) -> U + Sync + Send,
+{
+    match pool(threads) {
+        Some(pool) if items.len() > 1 => pool.install(|| items.into_par_iter().map(f).collect()),
+        _ => items.into_iter().map(f).collect(),
+    }
+}
+
+/// The pool of `threads` threads, started on first use and kept for the process (the three
+/// uses of one `sync` share it). Memory: results built on the workers come from their own malloc
+/// arenas, which cannot reuse what the freed accumulators leave in the main thread's, so the
+/// peak holds both (418 → 540 MB on the 600-trace benchmark with 2 threads; docs/analyzer.md).
+fn pool(threads: usize) -> Option<Arc<rayon::ThreadPool>> {
+    static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
+    if threads <= 1 {
+        return None;
+    }
+    let mut pools = POOLS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, pool)) = pools.iter().find(|(n, _)| *n == threads) {
+        return Some(pool.clone());
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("tsync-finish-{i}"))
+        .build()
+        .ok()?;
+    let pool = Arc::new(pool);
+    pools.push((threads, pool.clone()));
+    Some(pool)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_input_order_whatever_the_threads() {
+        let items: Vec<u64> = (0..10_000).collect();
+        let one = map_in_order(1, items.clone(), |x| x * x + 1);
+        for threads in [2, 3, 7] {
+            assert_eq!(map_in_order(threads, items.clone(), |x| x * x + 1), one);
+        }
+        assert_eq!(map_in_order(4, Vec::<u64>::new(), |x| x), Vec::<u64>::new());
+    }
+}
