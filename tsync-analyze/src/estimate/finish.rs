@@ -79,15 +79,16 @@ pub fn finish(
             });
         }
     }
-    let (mut red, reference) = match reduction::reduce(trace_names.len(), &edges, reference) {
-        Ok(red) => (red, reference),
-        Err(e) => {
-            warnings.push(format!("{e}; references chosen automatically"));
-            let red = reduction::reduce(trace_names.len(), &edges, None)
-                .expect("no reference requested: nothing to reject");
-            (red, None)
-        }
-    };
+    let (mut red, reference) =
+        match reduction::reduce(trace_names.len(), &edges, reference, threads) {
+            Ok(red) => (red, reference),
+            Err(e) => {
+                warnings.push(format!("{e}; references chosen automatically"));
+                let red = reduction::reduce(trace_names.len(), &edges, None, threads)
+                    .expect("no reference requested: nothing to reject");
+                (red, None)
+            }
+        };
     let informed = match options.reduction {
         ReductionChoice::Path => vec![0; trace_names.len()],
         ReductionChoice::Joint => {

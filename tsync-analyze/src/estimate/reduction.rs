@@ -11,6 +11,7 @@
 //! (a0' = −a0/a1, a1' = 1/a1). Each group has its own reference; a trace in a group of one is
 //! reported unsynchronized, never silently mapped by the identity.
 
+use crate::estimate::parallel::map_in_order;
 use crate::model::{Affine, PiecewiseMap};
 
 /// Edge weight: best-effort edges first by count, then the uncertainty in ns.
@@ -83,11 +84,13 @@ pub struct Reduction {
     pub groups: u32,
 }
 
-/// Chooses references and composes maps. `reference` forces the reference of its group.
+/// Chooses references and composes maps. `reference` forces the reference of its group. The
+/// searches that choose a reference (one per member of a group) run on up to `threads` threads.
 pub fn reduce(
     traces: usize,
     edges: &[Edge],
     reference: Option<u32>,
+    threads: usize,
 ) -> Result<Reduction, ReductionError> {
     if let Some(r) = reference
         && r as usize >= traces
@@ -144,14 +147,17 @@ pub fn reduce(
         if reference_of_group[g] != u32::MAX {
             continue;
         }
-        let mut best: Option<(Weight, usize)> = None;
-        for &c in &group_members[g] {
-            let sum = graph
+        let candidates = group_members[g].clone();
+        let sums = map_in_order(threads, candidates.clone(), |c| {
+            graph
                 .shortest(c)
                 .0
                 .into_iter()
                 .flatten()
-                .fold(Weight::ZERO, Weight::add);
+                .fold(Weight::ZERO, Weight::add)
+        });
+        let mut best: Option<(Weight, usize)> = None;
+        for (sum, c) in sums.into_iter().zip(candidates) {
             if best.is_none_or(|(w, _)| sum.lt(w)) {
                 best = Some((sum, c));
             }
@@ -355,7 +361,7 @@ mod tests {
             },
             w(1.0),
         );
-        let r = reduce(3, &[e01.clone(), e12.clone()], Some(0)).unwrap();
+        let r = reduce(3, &[e01.clone(), e12.clone()], Some(0), 2).unwrap();
         // t2 = 2 t1 − 20 = 2 (100 + 2 t0) − 20 = 180 + 4 t0  ⇒  t0 = (t2 − 180) / 4.
         let m = &r.traces[2].map;
         assert_eq!(r.traces[2].path, vec![0, 1, 2]);
@@ -364,7 +370,7 @@ mod tests {
         assert_eq!(r.traces[0].map, PiecewiseMap::identity());
         assert!((r.traces[2].line.apply(580.0) - 100.0).abs() < 1e-9);
         // Automatic reference: the middle of the chain.
-        let r = reduce(3, &[e01, e12], None).unwrap();
+        let r = reduce(3, &[e01, e12], None, 1).unwrap();
         assert_eq!(r.traces[0].reference, 1);
         let m0 = &r.traces[0].map; // t1 = 100 + 2 t0
         assert!((m0.apply(1.0) - 102.0).abs() < 1e-9);
@@ -375,7 +381,7 @@ mod tests {
     #[test]
     fn separate_groups_and_lonely_traces() {
         let e = |a, b| edge(a, b, Affine::IDENTITY, w(1.0));
-        let r = reduce(5, &[e(0, 1), e(2, 3)], None).unwrap();
+        let r = reduce(5, &[e(0, 1), e(2, 3)], None, 2).unwrap();
         assert_eq!(r.groups, 3);
         assert_eq!(
             r.traces.iter().map(|t| t.group).collect::<Vec<_>>(),
@@ -385,7 +391,7 @@ mod tests {
         assert!(r.traces[3].synchronized);
         assert_eq!(r.traces[3].reference, 2);
         assert!(matches!(
-            reduce(2, &[], Some(7)),
+            reduce(2, &[], Some(7), 1),
             Err(ReductionError::NoSuchReference(7))
         ));
     }
