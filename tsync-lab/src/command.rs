@@ -1,4 +1,4 @@
-//! Running the tools the lab drives (apt, pip, ethtool, ...): a failure names the command line.
+//! Running the tools the lab drives (apt, pip, ip, ...): a failure names the command line.
 use std::process::Command;
 
 use anyhow::{Context as _, Result, bail};
