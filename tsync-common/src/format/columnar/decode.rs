@@ -198,16 +198,18 @@ impl Rows<'_, '_> {
         let flows = &mut *self.flows;
         let (seqs, acks) = (&mut *self.seqs, &mut *self.acks);
         // Every field of every event is written below: no need to zero what is kept.
-        out.resize(self.ids.len(), PacketEvent::default());
-        let rows = out
-            .iter_mut()
-            .zip(self.ids)
-            .zip(self.times)
-            .zip(f.cpus.chunks_exact(CPU))
-            .zip(f.lengths.chunks_exact(2))
-            .zip(f.offsets.chunks_exact(OFFSETS))
-            .zip(f.flags);
-        for ((((((e, &id), &time), cpu), len), offsets), &flags) in rows {
+        let n = self.ids.len();
+        out.resize(n, PacketEvent::default());
+        // Every column cut to the events' count (as arrays of its width), so that the loop
+        // indexes them all with one counter and no bounds check.
+        let out = &mut out[..n];
+        let (ids, times, flags) = (&self.ids[..n], &self.times[..n], &f.flags[..n]);
+        let cpus = &f.cpus.as_chunks::<CPU>().0[..n];
+        let lengths = &f.lengths.as_chunks::<2>().0[..n];
+        let offsets = &f.offsets.as_chunks::<OFFSETS>().0[..n];
+        for i in 0..n {
+            let (e, id, time, cpu, len) = (&mut out[i], ids[i], times[i], cpus[i], lengths[i]);
+            let (offsets, flags) = (offsets[i], flags[i]);
             let last = &mut flows[id as usize];
             *e = last.template;
             e.ts_ns = time;
@@ -333,8 +335,8 @@ pub(super) fn time_planes(
     count: usize,
     times: &mut Vec<u64>,
 ) -> Result<(), DecodeError> {
-    times.clear();
     if count == 0 {
+        times.clear();
         return match bytes.len() {
             0 => Ok(()),
             n => Err(format!("time section of {n} bytes for 0 events")),
@@ -347,6 +349,7 @@ pub(super) fn time_planes(
             bytes.len()
         ));
     }
+    // Every time is written below: no need to zero what is kept.
     times.resize(count, 0);
     // The first difference is from 0: the whole time, which takes most planes. The others are
     // gaps between packets, which mostly fit a few: only the planes they use are read for them.
