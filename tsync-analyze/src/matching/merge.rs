@@ -15,6 +15,7 @@ use std::collections::{BinaryHeap, HashMap};
 
 use tsync_common::PacketEvent;
 
+use crate::input::ahead::Decoders;
 use crate::input::error::InputError;
 use crate::input::tracefile::{TraceFile, TraceHeader, usable};
 use crate::input::{InputSet, Source, SourceKind, text};
@@ -233,14 +234,23 @@ pub(super) struct Reader {
     /// Warnings found before matching (alignment, the same recording twice).
     warnings: Vec<String>,
     recordings: Recordings,
+    /// The threads decoding the files ahead, if any. Last, so that it is dropped after the
+    /// streams: its threads end once every file is closed.
+    _decoders: Option<Decoders>,
 }
 
 impl Reader {
     /// Opens the files, aligns their clocks coarsely and finds each one's first event.
     fn open(sources: &[&Source], options: &MatchOptions) -> Result<Reader, InputError> {
         let mut streams = Vec::with_capacity(sources.len());
+        // With several threads, the files are decoded ahead on as many (see `input::ahead`).
+        let threads = options.thread_count();
+        let decoders = (threads > 1).then(|| Decoders::new(threads, sources.len()));
         for s in sources {
-            let file = TraceFile::open(&s.path)?;
+            let file = match &decoders {
+                Some(pool) => TraceFile::open_ahead(&s.path, pool)?,
+                None => TraceFile::open(&s.path)?,
+            };
             let shift = file.start_shift();
             streams.push(Stream {
                 trace: s.first_trace,
@@ -264,7 +274,7 @@ impl Reader {
                     name: st.file.node_name(),
                 })
                 .collect();
-            let alignment = crate::matching::alignment::estimate(&files);
+            let alignment = crate::matching::alignment::estimate(&files, threads);
             for (st, c) in streams.iter_mut().zip(alignment.corrections_ns) {
                 st.coarse = c;
             }
@@ -293,6 +303,7 @@ impl Reader {
             slack: (options.window_ns / 16).max(0),
             warnings,
             recordings,
+            _decoders: decoders,
         })
     }
 

@@ -31,6 +31,8 @@ struct Last {
     ihl: u8,
     doff: u8,
     tcp_flags: u8,
+    /// How its segments move the sequence number ([`Advance`]).
+    advance: Advance,
     /// Whether the reverse flow was seen (then `ack` is its to write).
     reverse_seen: bool,
     /// Index of the reverse flow, or of the spare slot after the chunk's flows when the chunk
@@ -152,6 +154,7 @@ impl EventDecoder {
                 .chain(std::iter::once(&FlowKey::default()))
                 .map(|k| Last {
                     template: k.template(),
+                    advance: Advance::of(k.template().kind),
                     reverse: index.get(&k.reverse()).copied().unwrap_or(spare),
                     ..Last::default()
                 }),
@@ -238,7 +241,7 @@ impl Rows<'_, '_> {
             });
             e.seq = last.next_seq.wrapping_add(dseq as u32);
             e.ack_seq = last.ack.wrapping_add(dack as u32);
-            let next_seq = e.seq.wrapping_add(advance(e));
+            let next_seq = e.seq.wrapping_add(last.advance.of_segment(e));
             last.next_seq = next_seq;
             if !last.reverse_seen {
                 last.ack = e.ack_seq;
@@ -253,16 +256,37 @@ impl Rows<'_, '_> {
     }
 }
 
-/// How far a segment moves its flow's sequence number: its payload, plus one for SYN or FIN;
-/// nothing for anything but TCP. The encoder's expectation ([`super::flows::Flows::saw`]).
-#[inline(always)]
-fn advance(e: &PacketEvent) -> u32 {
-    if e.is_tcp() {
-        e.tcp_payload_len().wrapping_add(u32::from(
-            e.tcp_flags & (tcp_flag::SYN | tcp_flag::FIN) != 0,
-        ))
-    } else {
-        0
+/// How far a segment moves its flow's sequence number: its payload
+/// ([`PacketEvent::tcp_payload_len`]), plus one for SYN or FIN; nothing for anything but TCP.
+/// The encoder's expectation ([`super::flows::Flows::saw`]), with what depends on the flow's kind
+/// worked out once per flow: no branch per event.
+#[derive(Clone, Copy, Default)]
+struct Advance {
+    /// All ones for TCP, else zero.
+    tcp: u32,
+    /// The IP header's fixed length: 40 for IPv6, else 0 (the header length field counts).
+    fixed: u32,
+    /// Bytes per unit of the header length field: 0 for IPv6, else 4.
+    ihl_unit: u32,
+}
+
+impl Advance {
+    fn of(kind: u8) -> Self {
+        let tcp = kind == crate::kind::TCP4 || kind == crate::kind::TCP6;
+        let v6 = kind == crate::kind::TCP6;
+        Advance {
+            tcp: if tcp { u32::MAX } else { 0 },
+            fixed: if v6 { 40 } else { 0 },
+            ihl_unit: if v6 { 0 } else { 4 },
+        }
+    }
+
+    #[inline(always)]
+    fn of_segment(self, e: &PacketEvent) -> u32 {
+        let headers = self.fixed + self.ihl_unit * u32::from(e.ihl) + 4 * u32::from(e.doff);
+        let payload = u32::from(e.tot_len).saturating_sub(headers);
+        let syn_fin = u32::from(e.tcp_flags & (tcp_flag::SYN | tcp_flag::FIN) != 0);
+        (payload + syn_fin) & self.tcp
     }
 }
 
