@@ -379,13 +379,14 @@ fn samples_losses_and_damage_between_chunks_give_the_same_results_on_any_number_
         drop(r);
         let mut w = TraceWriter::create(path, &header).unwrap();
         for (c, chunk) in events.chunks(300).enumerate() {
-            // The realtime clock steps by 10 µs per chunk, differently on each node.
+            // The realtime clock steps by 40 ms per chunk on node 0, 80 on node 1, 120 on node 2:
+            // the merge axis moves with every chunk's sample.
             let monotonic = chunk[0].ts_ns;
             let realtime = 1_000_000_000_000 - 1_000_000_000 + monotonic as i64;
             w.write_clock_sample(ClockSample {
                 monotonic_ns: monotonic,
                 monotonic_raw_ns: monotonic,
-                realtime_ns: realtime + (c * (k + 1) * 10_000) as i64,
+                realtime_ns: realtime + (c * (k + 1) * 40_000_000) as i64,
                 tsc: 0,
                 monotonic_after_ns: monotonic,
             })

@@ -6,11 +6,13 @@
 //! decode at once: the merge only swaps buffers.
 //!
 //! * **Demand, not a thread per file.** A file asks for one chunk each time it takes one, so each
-//!   file has at most `ahead` chunks decoded and waiting (2, or 1 beyond 64 files): memory stays
-//!   bounded by the file count, whatever the trace length, and a thousand files need no thousand
-//!   threads. The requests go to one queue that the pool's threads take in order, which is the
-//!   order in which the merge used the files' chunks, the best guess of the order it will need
-//!   the next ones in.
+//!   file has at most [`AHEAD`] chunks decoded and waiting: memory stays bounded by the file
+//!   count (at most `AHEAD` + 3 chunk buffers per file: the reader's, those waiting, the one in
+//!   use and one on its way back), whatever the trace length, and the pool's threads are as many
+//!   as asked, not one per file. The requests go to one queue that the pool's threads take in
+//!   order, which is the order in which the merge used the files' chunks, the best guess of the
+//!   order it will need the next ones in. Beyond [`MAX_FILES`] files the matcher decodes on the
+//!   reader's thread as before (`matching::merge`): there memory per file matters more.
 //! * **Nothing changes but where the work runs.** A file's chunks come in file order (one chunk
 //!   decoded at a time per file, under its lock) with the clock samples, kernel clock states and
 //!   lost counts read up to each, so a [`TraceFile`] shows what the same calls would show reading
@@ -34,12 +36,18 @@ use tsync_common::format::{ClockSample, FormatError, KernelClock, LostCounts, Tr
 
 use super::tracefile::TraceHeader;
 
+/// Chunks each file keeps decoded ahead: two, so that a file's thread goes on while the merge
+/// takes from another file.
+pub const AHEAD: usize = 2;
+
+/// The most files worth decoding ahead: up to `AHEAD` + 3 chunk buffers (up to 320 KiB each)
+/// per file instead of one.
+pub const MAX_FILES: usize = 64;
+
 /// A pool of threads decoding trace files ahead of their readers.
 pub struct Decoders {
     jobs: Option<Sender<Arc<Slot>>>,
     workers: Vec<JoinHandle<()>>,
-    /// Chunks each file keeps decoded ahead.
-    ahead: usize,
 }
 
 /// One file on the pool: its reader (until it is handed back) and where its chunks go.
@@ -76,8 +84,8 @@ pub(super) enum Decoded {
 }
 
 impl Decoders {
-    /// A pool of `threads` threads (at least one), for `files` files.
-    pub fn new(threads: usize, files: usize) -> Self {
+    /// A pool of `threads` threads (at least one).
+    pub fn new(threads: usize) -> Self {
         let (jobs, queue) = channel::<Arc<Slot>>();
         let queue = Arc::new(Mutex::new(queue));
         let workers = (0..threads.max(1))
@@ -89,7 +97,6 @@ impl Decoders {
         Decoders {
             jobs: Some(jobs),
             workers,
-            ahead: if files <= 64 { 2 } else { 1 },
         }
     }
 
@@ -110,7 +117,7 @@ impl Decoders {
             }),
         });
         let jobs = self.jobs.clone().expect("the pool runs until dropped");
-        for _ in 0..self.ahead {
+        for _ in 0..AHEAD {
             let _ = jobs.send(Arc::clone(&slot));
         }
         Ahead {

@@ -15,7 +15,7 @@ use std::collections::{BinaryHeap, HashMap};
 
 use tsync_common::PacketEvent;
 
-use crate::input::ahead::Decoders;
+use crate::input::ahead::{self, Decoders};
 use crate::input::error::InputError;
 use crate::input::tracefile::{TraceFile, TraceHeader, usable};
 use crate::input::{InputSet, Source, SourceKind, text};
@@ -245,7 +245,8 @@ impl Reader {
         let mut streams = Vec::with_capacity(sources.len());
         // With several threads, the files are decoded ahead on as many (see `input::ahead`).
         let threads = options.thread_count();
-        let decoders = (threads > 1).then(|| Decoders::new(threads, sources.len()));
+        let decoders =
+            (threads > 1 && sources.len() <= ahead::MAX_FILES).then(|| Decoders::new(threads));
         for s in sources {
             let file = match &decoders {
                 Some(pool) => TraceFile::open_ahead(&s.path, pool)?,
