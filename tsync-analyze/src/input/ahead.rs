@@ -132,6 +132,7 @@ impl Decoders {
             samples: Vec::new(),
             kernel_clock: Vec::new(),
             lost: LostCounts::default(),
+            failed: false,
         }
     }
 }
@@ -212,6 +213,8 @@ pub(super) struct Ahead {
     pub(super) samples: Vec<ClockSample>,
     pub(super) kernel_clock: Vec<KernelClock>,
     pub(super) lost: LostCounts,
+    /// Set once a read failed: the pool stopped decoding the file, so nothing would come.
+    failed: bool,
 }
 
 impl Ahead {
@@ -219,6 +222,9 @@ impl Ahead {
     /// one. `Ok(Some(reader))` at the end: the caller reads on from it (it returns no more
     /// chunks, and holds the footer, the damage and every count).
     pub(super) fn next(&mut self) -> Result<Option<TraceReader<File>>, FormatError> {
+        if self.failed {
+            return Err(stopped("an earlier read of this file failed"));
+        }
         let used = std::mem::take(&mut self.events);
         if used.capacity() > 0 {
             let _ = self.spare.send(used);
@@ -240,13 +246,24 @@ impl Ahead {
                 Ok(None)
             }
             Ok(Decoded::End(reader)) => Ok(Some(*reader)),
-            Ok(Decoded::Failed(e)) => Err(e),
-            Ok(Decoded::Panicked(panic)) => std::panic::resume_unwind(panic),
+            Ok(Decoded::Failed(e)) => {
+                self.failed = true;
+                Err(e)
+            }
+            Ok(Decoded::Panicked(panic)) => {
+                self.failed = true;
+                std::panic::resume_unwind(panic)
+            }
             // Cannot happen (the slot holds the sender, and the pool outlives its files).
-            Err(_) => Err(FormatError::Io {
-                context: "cannot read trace file".into(),
-                error: std::io::Error::other("its decoding thread stopped"),
-            }),
+            Err(_) => Err(stopped("its decoding thread stopped")),
         }
+    }
+}
+
+/// The error of a file whose decoding stopped.
+fn stopped(why: &str) -> FormatError {
+    FormatError::Io {
+        context: "cannot read trace file".into(),
+        error: std::io::Error::other(why.to_string()),
     }
 }
