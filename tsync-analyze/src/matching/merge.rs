@@ -332,7 +332,7 @@ impl Reader {
                 .peek()
                 .map_or(i64::MAX, |r| r.0.0.saturating_add(self.slack));
             let st = &mut self.streams[i];
-            loop {
+            'stream: loop {
                 let events = st.file.events();
                 if st.pos == events.len() {
                     bytes += st.file.chunk_bytes();
@@ -352,33 +352,35 @@ impl Reader {
                     }
                     continue;
                 }
-                let e = &events[st.pos];
-                let aligned = st.aligned(e);
-                if aligned > limit {
-                    heap.push(Reverse((aligned, i)));
-                    break;
-                }
-                st.pos += 1;
-                if let Some(ahead) = events.get(st.pos + PREFETCH_DISTANCE) {
-                    d.prefetch(ahead);
-                }
-                let index = st.index;
-                st.index += 1;
-                if !usable(e) {
-                    st.invalid += 1;
-                    continue;
-                }
-                let t = e.ts_ns as i64;
-                if t < st.last_ts {
-                    st.out_of_order += 1;
-                }
-                st.last_ts = st.last_ts.max(t);
-                hw = hw.max(aligned);
-                d.event(st.trace, e, index, hw, seq);
-                seq += 1;
-                if seq == next_tick {
-                    next_tick += TICK_EVENTS;
-                    d.tick(hw, std::mem::take(&mut bytes));
+                // The chunk in hand, event by event (its file is asked for it once per chunk).
+                while let Some(e) = events.get(st.pos) {
+                    let aligned = st.aligned(e);
+                    if aligned > limit {
+                        heap.push(Reverse((aligned, i)));
+                        break 'stream;
+                    }
+                    st.pos += 1;
+                    if let Some(ahead) = events.get(st.pos + PREFETCH_DISTANCE) {
+                        d.prefetch(ahead);
+                    }
+                    let index = st.index;
+                    st.index += 1;
+                    if !usable(e) {
+                        st.invalid += 1;
+                        continue;
+                    }
+                    let t = e.ts_ns as i64;
+                    if t < st.last_ts {
+                        st.out_of_order += 1;
+                    }
+                    st.last_ts = st.last_ts.max(t);
+                    hw = hw.max(aligned);
+                    d.event(st.trace, e, index, hw, seq);
+                    seq += 1;
+                    if seq == next_tick {
+                        next_tick += TICK_EVENTS;
+                        d.tick(hw, std::mem::take(&mut bytes));
+                    }
                 }
             }
         }
