@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use tsync_analyze::{Exchange, InputSet, MatchOptions, MatchStats, MatchedMessage, MessageSink};
-use tsync_common::format::{ClockSample, Footer, Header, Interface, TraceWriter};
+use tsync_common::format::{
+    ClockSample, Footer, Header, Interface, KernelClock, LostCounts, TraceReader, TraceWriter,
+};
 use tsync_common::{PacketEvent, direction, kind, tcp_flag};
 use tsync_sim::{Delay, DelayTail, LinearClock, Workload};
 
@@ -356,6 +358,65 @@ fn offloads_retransmissions_and_an_early_end_give_the_same_results_on_any_number
     assert!(stats.stacked_copies > 100, "{stats:?}");
     assert!(stats.unmatched > 100, "{stats:?}");
     assert!(stats.exchanges > 100, "{stats:?}");
+    let scratch = tempfile::tempdir().unwrap();
+    same_outputs(&paths, scratch.path());
+}
+
+/// What the reader meets between chunks travels with the chunks decoded ahead on other threads:
+/// clock samples (the merge axis moves with each), lost counts, kernel clock states, and the
+/// damage where a file was cut short.
+#[test]
+fn samples_losses_and_damage_between_chunks_give_the_same_results_on_any_number_of_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = offloaded(dir.path());
+    for (k, path) in paths.iter().enumerate() {
+        let mut events = Vec::new();
+        let mut r = TraceReader::open(path).unwrap();
+        while let Some(chunk) = r.next_events().unwrap() {
+            events.extend_from_slice(chunk);
+        }
+        let header = r.header().clone();
+        drop(r);
+        let mut w = TraceWriter::create(path, &header).unwrap();
+        for (c, chunk) in events.chunks(300).enumerate() {
+            // The realtime clock steps by 40 ms per chunk on node 0, 80 on node 1, 120 on node 2:
+            // the merge axis moves with every chunk's sample.
+            let monotonic = chunk[0].ts_ns;
+            let realtime = 1_000_000_000_000 - 1_000_000_000 + monotonic as i64;
+            w.write_clock_sample(ClockSample {
+                monotonic_ns: monotonic,
+                monotonic_raw_ns: monotonic,
+                realtime_ns: realtime + (c * (k + 1) * 40_000_000) as i64,
+                tsc: 0,
+                monotonic_after_ns: monotonic,
+            })
+            .unwrap();
+            if c % 3 == 1 {
+                w.write_lost(&LostCounts {
+                    send: c as u64,
+                    recv: k as u64,
+                    per_cpu: vec![[c as u64, k as u64]],
+                    disk: 0,
+                })
+                .unwrap();
+                w.write_kernel_clock(KernelClock {
+                    monotonic_ns: monotonic,
+                    ..KernelClock::default()
+                })
+                .unwrap();
+            }
+            w.write_events(chunk).unwrap();
+            w.flush().unwrap();
+        }
+        w.finish(&Footer::default()).unwrap();
+    }
+    // Node 1's file is cut inside a chunk, two thirds in.
+    let bytes = std::fs::read(&paths[1]).unwrap();
+    std::fs::write(&paths[1], &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let stats = same_stream(&paths);
+    let said = |what: &str| stats.warnings.iter().any(|w| w.contains(what));
+    assert!(said("damaged or cut short"), "{:?}", stats.warnings);
+    assert!(said("the kernel lost"), "{:?}", stats.warnings);
     let scratch = tempfile::tempdir().unwrap();
     same_outputs(&paths, scratch.path());
 }

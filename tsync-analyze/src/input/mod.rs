@@ -3,6 +3,7 @@
 //! as an LTTng session does, gives one input per trace), told apart by their content. Traces get
 //! consecutive indices in argument order.
 
+pub mod ahead;
 pub mod error;
 pub mod info;
 pub mod slew;

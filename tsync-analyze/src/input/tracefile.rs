@@ -16,6 +16,7 @@ use tsync_common::format::{
 use tsync_common::{PacketEvent, direction};
 
 use crate::ctf::CtfTrace;
+use crate::input::ahead::{Ahead, Decoders};
 use crate::input::error::InputError;
 
 /// The trace file header.
@@ -103,6 +104,9 @@ pub struct TraceFile {
 #[allow(clippy::large_enum_variant)]
 enum Backend {
     Agent(TraceReader<File>),
+    /// An agent file decoded on a pool of threads ([`Decoders`]), until its end: then the pool
+    /// hands the reader back and it is `Agent` again.
+    Ahead(Box<Ahead>),
     Ctf(Box<CtfTrace>),
 }
 
@@ -121,12 +125,23 @@ impl TraceFile {
         let source = if path.is_dir() {
             Backend::Ctf(Box::new(CtfTrace::open(path).map_err(InputError::from)?))
         } else {
-            let file = File::open(path).map_err(|e| InputError::io(path, e))?;
-            Backend::Agent(TraceReader::new(file).map_err(|e| trace_error(path, e))?)
+            Backend::Agent(agent_reader(path)?)
         };
         Ok(TraceFile {
             path: path.to_path_buf(),
             source,
+        })
+    }
+
+    /// [`open`](Self::open), with an agent file's chunks decoded ahead on `pool` (a CTF trace
+    /// is read as by `open`). What every method returns is the same either way.
+    pub fn open_ahead(path: &Path, pool: &Decoders) -> Result<Self, InputError> {
+        if path.is_dir() {
+            return Self::open(path);
+        }
+        Ok(TraceFile {
+            path: path.to_path_buf(),
+            source: Backend::Ahead(Box::new(pool.start(agent_reader(path)?))),
         })
     }
 
@@ -140,6 +155,7 @@ impl TraceFile {
     pub fn header(&self) -> &TraceHeader {
         match &self.source {
             Backend::Agent(r) => r.header(),
+            Backend::Ahead(a) => &a.header,
             Backend::Ctf(t) => t.header(),
         }
     }
@@ -148,15 +164,23 @@ impl TraceFile {
     pub fn ctf(&self) -> Option<&CtfTrace> {
         match &self.source {
             Backend::Ctf(t) => Some(t),
-            Backend::Agent(_) => None,
+            Backend::Agent(_) | Backend::Ahead(_) => None,
         }
     }
 
     /// Reads the next event chunk (None at the end; a chunk may be empty). Metadata chunks met
     /// on the way (clock samples, lost counts, footer) are kept.
     pub fn next_chunk(&mut self) -> Result<Option<&[PacketEvent]>, InputError> {
+        if let Backend::Ahead(a) = &mut self.source
+            && let Some(reader) = a.next().map_err(|e| trace_error(&self.path, e))?
+        {
+            // The end: the reader holds the footer, the damage and every count.
+            self.source = Backend::Agent(reader);
+            return Ok(None);
+        }
         match &mut self.source {
             Backend::Agent(r) => r.next_events().map_err(|e| trace_error(&self.path, e)),
+            Backend::Ahead(a) => Ok(Some(&a.events)),
             Backend::Ctf(t) => Ok(t.next_chunk()),
         }
     }
@@ -165,6 +189,7 @@ impl TraceFile {
     pub fn events(&self) -> &[PacketEvent] {
         match &self.source {
             Backend::Agent(r) => r.current_events(),
+            Backend::Ahead(a) => &a.events,
             Backend::Ctf(t) => t.events(),
         }
     }
@@ -174,6 +199,7 @@ impl TraceFile {
     pub fn chunk_bytes(&mut self) -> u64 {
         match &mut self.source {
             Backend::Agent(r) => r.current_events().len() as u64 * tsync_common::EVENT_SIZE as u64,
+            Backend::Ahead(a) => a.events.len() as u64 * tsync_common::EVENT_SIZE as u64,
             Backend::Ctf(t) => t.take_consumed(),
         }
     }
@@ -182,6 +208,7 @@ impl TraceFile {
     pub fn clock_samples(&self) -> &[ClockSample] {
         match &self.source {
             Backend::Agent(r) => r.clock_samples(),
+            Backend::Ahead(a) => &a.samples,
             Backend::Ctf(_) => &[],
         }
     }
@@ -190,6 +217,7 @@ impl TraceFile {
     pub fn version(&self) -> u32 {
         match &self.source {
             Backend::Agent(r) => r.version(),
+            Backend::Ahead(a) => a.version,
             Backend::Ctf(_) => 0,
         }
     }
@@ -199,6 +227,7 @@ impl TraceFile {
     pub fn samples_bracketed(&self) -> bool {
         match &self.source {
             Backend::Agent(r) => r.samples_bracketed(),
+            Backend::Ahead(a) => a.bracketed,
             Backend::Ctf(_) => false,
         }
     }
@@ -207,6 +236,7 @@ impl TraceFile {
     pub fn kernel_clock(&self) -> &[KernelClock] {
         match &self.source {
             Backend::Agent(r) => r.kernel_clock(),
+            Backend::Ahead(a) => &a.kernel_clock,
             Backend::Ctf(_) => &[],
         }
     }
@@ -216,6 +246,7 @@ impl TraceFile {
     pub fn lost(&self) -> &LostCounts {
         match &self.source {
             Backend::Agent(r) => r.lost(),
+            Backend::Ahead(a) => &a.lost,
             Backend::Ctf(_) => &NO_LOSS,
         }
     }
@@ -230,7 +261,8 @@ impl TraceFile {
     pub fn footer(&self) -> Option<&Footer> {
         match &self.source {
             Backend::Agent(r) => r.footer(),
-            Backend::Ctf(_) => None,
+            // Read at the end, when the reader comes back.
+            Backend::Ahead(_) | Backend::Ctf(_) => None,
         }
     }
 
@@ -239,6 +271,8 @@ impl TraceFile {
     pub fn damage(&self) -> Option<&Damage> {
         match &self.source {
             Backend::Agent(r) => r.damage(),
+            // Found at the end, when the reader comes back.
+            Backend::Ahead(_) => None,
             Backend::Ctf(t) => t.damages().next(),
         }
     }
@@ -267,4 +301,10 @@ impl TraceFile {
             node.clone()
         }
     }
+}
+
+/// Opens an agent trace file and reads its header.
+fn agent_reader(path: &Path) -> Result<TraceReader<File>, InputError> {
+    let file = File::open(path).map_err(|e| InputError::io(path, e))?;
+    TraceReader::new(file).map_err(|e| trace_error(path, e))
 }

@@ -15,6 +15,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use tsync_common::direction;
 
 use crate::input::tracefile::{TraceFile, usable};
@@ -55,8 +57,9 @@ pub(crate) struct Alignment {
     pub warnings: Vec<String>,
 }
 
-/// Estimates the corrections for `files`, on the merge axis the matcher uses.
-pub(crate) fn estimate(files: &[SampleInput<'_>]) -> Alignment {
+/// Estimates the corrections for `files`, on the merge axis the matcher uses, reading up to
+/// `threads` files at once.
+pub(crate) fn estimate(files: &[SampleInput<'_>], threads: usize) -> Alignment {
     let n = files.len();
     let none = Alignment {
         corrections_ns: vec![0; n],
@@ -66,40 +69,32 @@ pub(crate) fn estimate(files: &[SampleInput<'_>]) -> Alignment {
         return none;
     }
     let per_file = (EVENT_BUDGET / n as u64).max(MIN_EVENTS_PER_FILE);
-    let mut sends: HashMap<u64, Side> = HashMap::new();
-    let mut recvs: HashMap<u64, Side> = HashMap::new();
-    for (k, f) in files.iter().enumerate() {
-        // A file the sampler cannot read is left to the matching pass, which reports it.
-        let Ok(mut file) = TraceFile::open(f.path) else {
-            continue;
+    let mut sends = Keys::default();
+    let mut recvs = Keys::default();
+    // Files are read in waves of `threads` (decoding is most of the cost) and their samples
+    // joined in file order, as one thread reading them in turn would: what each key keeps is
+    // its first file's first event, and its count over all files.
+    let mut k = 0u32;
+    for wave in files.chunks(threads.max(1)) {
+        let samples: Vec<FileSample> = if wave.len() == 1 {
+            vec![sample(wave[0].path, k, per_file)]
+        } else {
+            std::thread::scope(|scope| {
+                let reading: Vec<_> = (k..)
+                    .zip(wave)
+                    .map(|(k, f)| scope.spawn(move || sample(f.path, k, per_file)))
+                    .collect();
+                reading
+                    .into_iter()
+                    .map(|r| r.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect()
+            })
         };
-        let mut shift = file.start_shift();
-        let mut read = 0u64;
-        while read < per_file {
-            let Ok(Some(_)) = file.next_chunk() else {
-                break;
-            };
-            shift = file.latest_shift(shift);
-            let events = file.events();
-            read += events.len() as u64;
-            for e in events {
-                let h = key_hash(e);
-                if h >> (64 - SAMPLE_BITS) != 0 || !usable(e) {
-                    continue;
-                }
-                let table = match e.direction {
-                    direction::SEND => &mut sends,
-                    direction::RECV => &mut recvs,
-                    _ => continue,
-                };
-                let aligned = (e.ts_ns as i64).saturating_add(shift);
-                table.entry(h).and_modify(|s| s.count += 1).or_insert(Side {
-                    file: k as u32,
-                    aligned,
-                    count: 1,
-                });
-            }
+        for s in samples {
+            join(&mut sends, s.sends);
+            join(&mut recvs, s.recvs);
         }
+        k += wave.len() as u32;
     }
     let (corrections, root) = tree(n, &pair_offsets(&sends, &recvs));
     let worst = corrections.iter().map(|c| c.abs()).max().unwrap_or(0);
@@ -130,12 +125,70 @@ pub(crate) fn estimate(files: &[SampleInput<'_>]) -> Alignment {
     }
 }
 
+/// Sampled keys and the first event seen of each on one side. The keys are hashes already: Fx
+/// costs a multiply, SipHash ten times more (this runs for every sampled event).
+type Keys = FxHashMap<u64, Side>;
+
+/// The sampled keys of one file.
+#[derive(Default)]
+struct FileSample {
+    sends: Keys,
+    recvs: Keys,
+}
+
+/// Samples the first `per_file` events of file number `k` at `path`. A file the sampler cannot
+/// read is left to the matching pass, which reports it.
+fn sample(path: &std::path::Path, k: u32, per_file: u64) -> FileSample {
+    let mut out = FileSample::default();
+    let Ok(mut file) = TraceFile::open(path) else {
+        return out;
+    };
+    let mut shift = file.start_shift();
+    let mut read = 0u64;
+    while read < per_file {
+        let Ok(Some(_)) = file.next_chunk() else {
+            break;
+        };
+        shift = file.latest_shift(shift);
+        let events = file.events();
+        read += events.len() as u64;
+        for e in events {
+            let h = key_hash(e);
+            if h >> (64 - SAMPLE_BITS) != 0 || !usable(e) {
+                continue;
+            }
+            let table = match e.direction {
+                direction::SEND => &mut out.sends,
+                direction::RECV => &mut out.recvs,
+                _ => continue,
+            };
+            let aligned = (e.ts_ns as i64).saturating_add(shift);
+            table.entry(h).and_modify(|s| s.count += 1).or_insert(Side {
+                file: k,
+                aligned,
+                count: 1,
+            });
+        }
+    }
+    out
+}
+
+/// Adds a later file's sampled keys to `all`: a key seen before keeps its first event.
+fn join(all: &mut Keys, later: Keys) {
+    if all.is_empty() {
+        *all = later;
+        return;
+    }
+    for (h, side) in later {
+        all.entry(h)
+            .and_modify(|s| s.count += side.count)
+            .or_insert(side);
+    }
+}
+
 /// For each pair of files (a < b) with enough matched samples: how far b's merge axis is ahead of
 /// a's (ns), and how many samples say so.
-fn pair_offsets(
-    sends: &HashMap<u64, Side>,
-    recvs: &HashMap<u64, Side>,
-) -> HashMap<(u32, u32), (i64, usize)> {
+fn pair_offsets(sends: &Keys, recvs: &Keys) -> HashMap<(u32, u32), (i64, usize)> {
     // Apparent delays per ordered pair (sender, receiver).
     let mut delays: HashMap<(u32, u32), Vec<i64>> = HashMap::new();
     for (h, s) in sends {
@@ -223,8 +276,8 @@ mod tests {
     #[test]
     fn offsets_cancel_the_delays_and_compose_along_a_chain() {
         // File 1 is 10 s ahead of file 0, file 2 is 3 s behind file 1; delays 100 µs and 300 µs.
-        let mut sends = HashMap::new();
-        let mut recvs = HashMap::new();
+        let mut sends = Keys::default();
+        let mut recvs = Keys::default();
         let mut h = 0u64;
         for i in 0..50i64 {
             let t = i * 1_000_000;
@@ -251,8 +304,8 @@ mod tests {
 
     #[test]
     fn duplicates_same_file_and_thin_pairs_are_ignored() {
-        let mut sends = HashMap::new();
-        let mut recvs = HashMap::new();
+        let mut sends = Keys::default();
+        let mut recvs = Keys::default();
         for h in 0..(MIN_SAMPLES as u64 - 1) {
             sends.insert(h, side(0, 0));
             recvs.insert(h, side(1, 5_000_000_000));

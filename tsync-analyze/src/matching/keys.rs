@@ -141,7 +141,13 @@ impl KeyMatcher {
     /// the index it will probe, so that the probe does not wait for memory.
     #[inline]
     pub(super) fn prefetch(&self, e: &PacketEvent) {
-        self.live.prefetch_home(Key::of(e).hash());
+        self.prefetch_hashed(Key::of(e).hash());
+    }
+
+    /// [`prefetch`](Self::prefetch) of an event whose key hashes to `hash`.
+    #[inline]
+    pub(super) fn prefetch_hashed(&self, hash: u64) {
+        self.live.prefetch_home(hash);
     }
 
     /// Adds an event of trace `trace`: `time` is its local time (ns), `aligned` its time on the
@@ -158,10 +164,29 @@ impl KeyMatcher {
         seq: u64,
         out: &mut O,
     ) {
+        let hash = Key::of(e).hash();
+        self.event_hashed(trace, e, hash, time, aligned, index, seq, out);
+    }
+
+    /// [`event`](Self::event) of an event whose key hashes to `hash` (the partitions get it with
+    /// the event: the reader hashed it to choose the partition).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn event_hashed<O: Decisions>(
+        &mut self,
+        trace: u32,
+        e: &PacketEvent,
+        hash: u64,
+        time: i64,
+        aligned: i64,
+        index: u64,
+        seq: u64,
+        out: &mut O,
+    ) {
         self.stats.events += 1;
         self.expire(aligned, out);
         let key = Key::of(e);
-        let hash = key.hash();
+        debug_assert_eq!(key.hash(), hash);
         let seen = Seen {
             time,
             index,

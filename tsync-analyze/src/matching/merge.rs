@@ -15,6 +15,7 @@ use std::collections::{BinaryHeap, HashMap};
 
 use tsync_common::PacketEvent;
 
+use crate::input::ahead::{self, Decoders};
 use crate::input::error::InputError;
 use crate::input::tracefile::{TraceFile, TraceHeader, usable};
 use crate::input::{InputSet, Source, SourceKind, text};
@@ -233,14 +234,24 @@ pub(super) struct Reader {
     /// Warnings found before matching (alignment, the same recording twice).
     warnings: Vec<String>,
     recordings: Recordings,
+    /// The threads decoding the files ahead, if any. Last, so that it is dropped after the
+    /// streams: its threads end once every file is closed.
+    _decoders: Option<Decoders>,
 }
 
 impl Reader {
     /// Opens the files, aligns their clocks coarsely and finds each one's first event.
     fn open(sources: &[&Source], options: &MatchOptions) -> Result<Reader, InputError> {
         let mut streams = Vec::with_capacity(sources.len());
+        // With several threads, the files are decoded ahead on as many (see `input::ahead`).
+        let threads = options.thread_count();
+        let decoders =
+            (threads > 1 && sources.len() <= ahead::MAX_FILES).then(|| Decoders::new(threads));
         for s in sources {
-            let file = TraceFile::open(&s.path)?;
+            let file = match &decoders {
+                Some(pool) => TraceFile::open_ahead(&s.path, pool)?,
+                None => TraceFile::open(&s.path)?,
+            };
             let shift = file.start_shift();
             streams.push(Stream {
                 trace: s.first_trace,
@@ -264,7 +275,7 @@ impl Reader {
                     name: st.file.node_name(),
                 })
                 .collect();
-            let alignment = crate::matching::alignment::estimate(&files);
+            let alignment = crate::matching::alignment::estimate(&files, threads);
             for (st, c) in streams.iter_mut().zip(alignment.corrections_ns) {
                 st.coarse = c;
             }
@@ -293,6 +304,7 @@ impl Reader {
             slack: (options.window_ns / 16).max(0),
             warnings,
             recordings,
+            _decoders: decoders,
         })
     }
 
@@ -320,7 +332,7 @@ impl Reader {
                 .peek()
                 .map_or(i64::MAX, |r| r.0.0.saturating_add(self.slack));
             let st = &mut self.streams[i];
-            loop {
+            'stream: loop {
                 let events = st.file.events();
                 if st.pos == events.len() {
                     bytes += st.file.chunk_bytes();
@@ -340,33 +352,35 @@ impl Reader {
                     }
                     continue;
                 }
-                let e = &events[st.pos];
-                let aligned = st.aligned(e);
-                if aligned > limit {
-                    heap.push(Reverse((aligned, i)));
-                    break;
-                }
-                st.pos += 1;
-                if let Some(ahead) = events.get(st.pos + PREFETCH_DISTANCE) {
-                    d.prefetch(ahead);
-                }
-                let index = st.index;
-                st.index += 1;
-                if !usable(e) {
-                    st.invalid += 1;
-                    continue;
-                }
-                let t = e.ts_ns as i64;
-                if t < st.last_ts {
-                    st.out_of_order += 1;
-                }
-                st.last_ts = st.last_ts.max(t);
-                hw = hw.max(aligned);
-                d.event(st.trace, e, index, hw, seq);
-                seq += 1;
-                if seq == next_tick {
-                    next_tick += TICK_EVENTS;
-                    d.tick(hw, std::mem::take(&mut bytes));
+                // The chunk in hand, event by event (its file is asked for it once per chunk).
+                while let Some(e) = events.get(st.pos) {
+                    let aligned = st.aligned(e);
+                    if aligned > limit {
+                        heap.push(Reverse((aligned, i)));
+                        break 'stream;
+                    }
+                    st.pos += 1;
+                    if let Some(ahead) = events.get(st.pos + PREFETCH_DISTANCE) {
+                        d.prefetch(ahead);
+                    }
+                    let index = st.index;
+                    st.index += 1;
+                    if !usable(e) {
+                        st.invalid += 1;
+                        continue;
+                    }
+                    let t = e.ts_ns as i64;
+                    if t < st.last_ts {
+                        st.out_of_order += 1;
+                    }
+                    st.last_ts = st.last_ts.max(t);
+                    hw = hw.max(aligned);
+                    d.event(st.trace, e, index, hw, seq);
+                    seq += 1;
+                    if seq == next_tick {
+                        next_tick += TICK_EVENTS;
+                        d.tick(hw, std::mem::take(&mut bytes));
+                    }
                 }
             }
         }

@@ -140,6 +140,8 @@ impl<S: MessageSink + ?Sized> Dispatch for Inline<'_, S> {
 #[derive(Clone, Copy)]
 struct In {
     e: PacketEvent,
+    /// The hash of its key (computed once, by the reader).
+    hash: u64,
     trace: u32,
     index: u64,
     hw: i64,
@@ -180,9 +182,11 @@ impl Dispatch for Router {
     fn event(&mut self, trace: u32, e: &PacketEvent, index: u64, hw: i64, seq: u64) {
         // The low half of the hash: the partitions' tables index by the high half.
         let n = self.batches.len() as u64;
-        let part = ((key_hash(e) & 0xFFFF_FFFF) * n) >> 32;
+        let hash = key_hash(e);
+        let part = ((hash & 0xFFFF_FFFF) * n) >> 32;
         self.batches[part as usize].push(In {
             e: *e,
+            hash,
             trace,
             index,
             hw,
@@ -238,11 +242,12 @@ fn partition(mut keys: KeyMatcher, lanes: Lanes) {
         let mut out = spare_outboxes.try_recv().unwrap_or_default();
         for (i, ev) in tick.events.iter().enumerate() {
             if let Some(ahead) = tick.events.get(i + 4) {
-                keys.prefetch(&ahead.e);
+                keys.prefetch_hashed(ahead.hash);
             }
-            keys.event(
+            keys.event_hashed(
                 ev.trace,
                 &ev.e,
+                ev.hash,
                 ev.e.ts_ns as i64,
                 ev.hw,
                 ev.index,

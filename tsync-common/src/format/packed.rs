@@ -3,7 +3,7 @@
 //! chunk.
 
 use super::columnar::{
-    self,
+    self, EventDecoder,
     events::{EventEncoder, TimeLayout},
 };
 use super::compress::{Packer, Unpacker};
@@ -49,7 +49,7 @@ impl PackedWriter {
 /// Decompresses and decodes event and clock-sample chunks.
 pub(crate) struct PackedReader {
     unpacker: Unpacker,
-    layout: TimeLayout,
+    decoder: EventDecoder,
 }
 
 impl PackedReader {
@@ -57,7 +57,7 @@ impl PackedReader {
     pub(crate) fn new(version: u32) -> Result<Self, FormatError> {
         Ok(PackedReader {
             unpacker: Unpacker::new()?,
-            layout: TimeLayout::of_version(version),
+            decoder: EventDecoder::new(TimeLayout::of_version(version)),
         })
     }
 
@@ -77,7 +77,8 @@ impl PackedReader {
             columnar::events::MAX_FIXED_BYTES,
         )?;
         let columns = self.unpacker.unpack(payload, limit)?;
-        columnar::events::decode(columns, count as usize, self.layout, out)
+        self.decoder
+            .decode(columns, count as usize, out)
             .map_err(|e| format!("event chunk is unreadable: {e}"))
     }
 

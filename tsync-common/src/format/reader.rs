@@ -179,6 +179,14 @@ impl<R: Read> TraceReader<R> {
         &self.events
     }
 
+    /// Hands the events [`next_events`](Self::next_events) last returned over to the caller, in
+    /// exchange for `spare` (any buffer, which the reader fills with a later chunk): a chunk
+    /// decoded on one thread can be used on another without a copy.
+    pub fn swap_events(&mut self, spare: &mut Vec<PacketEvent>) {
+        std::mem::swap(&mut self.events, spare);
+        self.events.clear();
+    }
+
     /// Clock samples read so far (all of them once [`next_events`](Self::next_events) returned
     /// `None`).
     pub fn clock_samples(&self) -> &[ClockSample] {

@@ -34,8 +34,8 @@
 //! beforehand: the agent pays this per event, the analyzer too (docs/format.md has the
 //! instruction counts).
 
-use super::flows::{Expect, FlowKey, FlowTable, Flows, FxMap};
-use super::{Column, DecodeError, Section, put_section, put_varint, unzigzag, zigzag};
+use super::flows::{FlowTable, Flows};
+use super::{Column, put_section, put_varint, zigzag};
 use crate::PacketEvent;
 
 /// Largest number of columnar bytes one event can take: flow index 4, time 10, cpu 2, length 2,
@@ -265,7 +265,7 @@ fn time_planes(events: &[PacketEvent], deltas: &mut Vec<u64>, out: &mut Vec<u8>)
 }
 
 /// Bytes of a flow index in a chunk of `flows` flows.
-fn id_width(flows: usize) -> usize {
+pub(super) fn id_width(flows: usize) -> usize {
     match flows {
         0..=256 => 1,
         257..=65536 => 2,
@@ -273,236 +273,9 @@ fn id_width(flows: usize) -> usize {
     }
 }
 
-/// Decodes the `count` events of an encoded chunk into `out` (replacing its contents).
-pub fn decode(
-    bytes: &[u8],
-    count: usize,
-    layout: TimeLayout,
-    out: &mut Vec<PacketEvent>,
-) -> Result<(), DecodeError> {
-    let mut chunk = Section::whole(bytes, "event chunk");
-    let f = chunk.varint()?;
-    if f > count as u64 || (f == 0 && count > 0) {
-        return Err(format!("{f} flows for {count} events"));
-    }
-    let mut keys = Vec::with_capacity(f as usize);
-    let mut index = FxMap::default();
-    for i in 0..f as u32 {
-        let key = FlowKey::get(&mut chunk)?;
-        if index.insert(key, i).is_some() {
-            return Err("a flow listed twice".into());
-        }
-        keys.push(key);
-    }
-    let ids = flow_ids(chunk.section("flow")?, count, keys.len())?;
-    let mut times = chunk.section("time")?;
-    let cpus = fixed(chunk.section("cpu")?, count, &[1, 2])?;
-    let lengths = fixed(chunk.section("length")?, count, &[2])?;
-    let offsets = fixed(chunk.section("offsets")?, count, &[1, 2])?;
-    let flags = fixed(chunk.section("flags")?, count, &[1])?;
-    let mut seqs = chunk.section("seq")?;
-    let mut acks = chunk.section("ack")?;
-    let mut extras = chunk.section("extras")?;
-    chunk.finish()?;
-
-    out.clear();
-    let templates: Vec<PacketEvent> = keys.iter().map(FlowKey::template).collect();
-    out.extend(ids.iter().map(|&id| templates[id as usize]));
-    match layout {
-        TimeLayout::Varints => {
-            let mut previous = 0u64;
-            for e in out.iter_mut() {
-                let dt = times.try_signed().ok_or_else(|| times.varint_error())?;
-                previous = previous.wrapping_add(dt as u64);
-                e.ts_ns = previous;
-            }
-            times.finish()?;
-        }
-        TimeLayout::Planes => times_from_planes(times.bytes, out)?,
-    }
-    let fields = Fixed {
-        cpus,
-        lengths,
-        offsets,
-        flags,
-    };
-    let mut flows = Flows::new(&keys, &index);
-    match (cpus.len() == count, offsets.len() == count) {
-        (true, true) => decode_fields::<1, 1>(out, &ids, &fields, &mut flows, &mut seqs, &mut acks),
-        (true, false) => {
-            decode_fields::<1, 2>(out, &ids, &fields, &mut flows, &mut seqs, &mut acks)
-        }
-        (false, true) => {
-            decode_fields::<2, 1>(out, &ids, &fields, &mut flows, &mut seqs, &mut acks)
-        }
-        (false, false) => {
-            decode_fields::<2, 2>(out, &ids, &fields, &mut flows, &mut seqs, &mut acks)
-        }
-    }?;
-    seqs.finish()?;
-    acks.finish()?;
-
-    let mut next = 0usize;
-    while !extras.is_empty() {
-        let at = usize::try_from(extras.varint()?)
-            .ok()
-            .and_then(|gap| next.checked_add(gap))
-            .filter(|&at| at < count)
-            .ok_or("extras for an event past the chunk's end")?;
-        let e = &mut out[at];
-        e.udp_data = extras.array()?;
-        e.udp_len = extras.u16()?;
-        e.reserved = extras.array()?;
-        next = at + 1;
-    }
-    Ok(())
-}
-
-/// The fixed-width sections, checked for length.
-struct Fixed<'a> {
-    cpus: &'a [u8],
-    lengths: &'a [u8],
-    offsets: &'a [u8],
-    flags: &'a [u8],
-}
-
-/// Fills in the fields that depend on the flow's last event, for cpu and offsets sections of
-/// `CPU` and `OFFSETS` bytes per event (one loop per width, without a branch per event).
-fn decode_fields<const CPU: usize, const OFFSETS: usize>(
-    out: &mut [PacketEvent],
-    ids: &[u32],
-    f: &Fixed<'_>,
-    flows: &mut Flows,
-    seqs: &mut Section<'_>,
-    acks: &mut Section<'_>,
-) -> Result<(), DecodeError> {
-    let rows = out
-        .iter_mut()
-        .zip(ids)
-        .zip(f.cpus.chunks_exact(CPU))
-        .zip(f.lengths.chunks_exact(2))
-        .zip(f.offsets.chunks_exact(OFFSETS))
-        .zip(f.flags);
-    for (((((e, &id), cpu), len), offsets), &flags) in rows {
-        let x: Expect = flows.expected(id as usize);
-        e.cpu = x.cpu
-            ^ if CPU == 1 {
-                u16::from(cpu[0])
-            } else {
-                u16::from_le_bytes([cpu[0], cpu[1]])
-            };
-        e.tot_len = x.tot_len ^ u16::from_le_bytes([len[0], len[1]]);
-        let (ihl, doff) = if OFFSETS == 1 {
-            (offsets[0] & 0xf, offsets[0] >> 4)
-        } else {
-            (offsets[0], offsets[1])
-        };
-        (e.ihl, e.doff) = (x.ihl ^ ihl, x.doff ^ doff);
-        e.tcp_flags = x.tcp_flags ^ flags;
-        let dseq = seqs.try_signed().ok_or_else(|| seqs.varint_error())?;
-        let dack = acks.try_signed().ok_or_else(|| acks.varint_error())?;
-        e.seq = x.next_seq.wrapping_add(dseq as u32);
-        e.ack_seq = x.ack.wrapping_add(dack as u32);
-        flows.saw(id as usize, e);
-    }
-    Ok(())
-}
-
-/// The flow index of every event, checked against the number of flows.
-fn flow_ids(s: Section<'_>, count: usize, flows: usize) -> Result<Vec<u32>, DecodeError> {
-    let width = id_width(flows);
-    let bytes = fixed(s, count, &[width])?;
-    let ids: Vec<u32> = match width {
-        1 => bytes.iter().map(|&b| u32::from(b)).collect(),
-        2 => bytes
-            .chunks_exact(2)
-            .map(|b| u32::from(u16::from_le_bytes([b[0], b[1]])))
-            .collect(),
-        _ => bytes
-            .chunks_exact(4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-    };
-    if ids.iter().any(|&id| id as usize >= flows) {
-        return Err("flow index out of range".into());
-    }
-    Ok(ids)
-}
-
-/// Sets the events' times from a time section of byte planes (version 4).
-fn times_from_planes(bytes: &[u8], out: &mut [PacketEvent]) -> Result<(), DecodeError> {
-    let count = out.len();
-    if count == 0 {
-        return match bytes.len() {
-            0 => Ok(()),
-            n => Err(format!("time section of {n} bytes for 0 events")),
-        };
-    }
-    let width = bytes.len() / count;
-    if !bytes.len().is_multiple_of(count) || !(1..=8).contains(&width) {
-        return Err(format!(
-            "time section of {} bytes for {count} events",
-            bytes.len()
-        ));
-    }
-    match width {
-        1 => times_of::<1>(bytes, out),
-        2 => times_of::<2>(bytes, out),
-        3 => times_of::<3>(bytes, out),
-        4 => times_of::<4>(bytes, out),
-        5 => times_of::<5>(bytes, out),
-        6 => times_of::<6>(bytes, out),
-        7 => times_of::<7>(bytes, out),
-        _ => times_of::<8>(bytes, out),
-    }
-    Ok(())
-}
-
-/// [`times_from_planes`] for `W` planes: one pass, each difference gathered from its `W` bytes.
-fn times_of<const W: usize>(bytes: &[u8], out: &mut [PacketEvent]) {
-    let count = out.len();
-    let planes: [&[u8]; W] = std::array::from_fn(|k| &bytes[k * count..(k + 1) * count]);
-    let mut previous = 0u64;
-    for (i, e) in out.iter_mut().enumerate() {
-        let mut d = 0u64;
-        for (k, plane) in planes.iter().enumerate() {
-            d |= u64::from(plane[i]) << (8 * k);
-        }
-        previous = previous.wrapping_add(unzigzag(d) as u64);
-        e.ts_ns = previous;
-    }
-}
-
-/// The bytes of a fixed-width column of `count` fields, whose width must be one of `widths`.
-fn fixed<'a>(s: Section<'a>, count: usize, widths: &[usize]) -> Result<&'a [u8], DecodeError> {
-    if widths.iter().any(|&w| s.bytes.len() == count * w) {
-        Ok(s.bytes)
-    } else {
-        Err(format!(
-            "{} section of {} bytes for {count} events",
-            s.what,
-            s.bytes.len()
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn time_planes_of_the_wrong_size_are_errors() {
-        let mut two = vec![PacketEvent::default(); 2];
-        for len in [1, 3, 7, 18] {
-            let err = times_from_planes(&vec![0; len], &mut two).unwrap_err();
-            assert!(err.contains("time section"), "{err}");
-        }
-        assert!(times_from_planes(&[1], &mut []).is_err());
-        times_from_planes(&[], &mut []).unwrap();
-        // Two planes: differences 2 (zigzag 4) and -1 (zigzag 1), high bytes zero.
-        times_from_planes(&[4, 1, 0, 0], &mut two).unwrap();
-        assert_eq!((two[0].ts_ns, two[1].ts_ns), (2, 1));
-    }
 
     #[test]
     fn time_planes_are_as_few_as_the_largest_difference_needs() {

@@ -73,7 +73,7 @@ impl FlowKey {
     }
 
     /// The flow the other way: what this node saw of the peer's packets on the same interface.
-    fn reverse(&self) -> Self {
+    pub(super) fn reverse(&self) -> Self {
         let mut e = self.template();
         std::mem::swap(&mut e.saddr, &mut e.daddr);
         std::mem::swap(&mut e.source, &mut e.dest);

@@ -12,6 +12,8 @@
 //! reads each section with its own [`Section`] cursor and refuses a section with bytes left over,
 //! so a chunk whose parts do not add up is damage, never misread events.
 
+mod decode;
+pub use decode::EventDecoder;
 pub mod events;
 mod flows;
 pub mod samples;

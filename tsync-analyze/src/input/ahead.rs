@@ -1,0 +1,269 @@
+//! Agent trace files decoded ahead of their reader, on a pool of threads.
+//!
+//! Decoding (checksums, zstd, the columns) is most of what reading a trace file costs, and the
+//! matcher reads files on one thread (their merge is sequential). With [`Decoders`], each file's
+//! next chunks are decoded on the pool while the merge uses the current one, and several files
+//! decode at once: the merge only swaps buffers.
+//!
+//! * **Demand, not a thread per file.** A file asks for one chunk each time it takes one, so each
+//!   file has at most [`AHEAD`] chunks decoded and waiting: memory stays bounded by the file
+//!   count (at most `AHEAD` + 3 chunk buffers per file: the reader's, those waiting, the one in
+//!   use and one on its way back), whatever the trace length, and the pool's threads are as many
+//!   as asked, not one per file. The requests go to one queue that the pool's threads take in
+//!   order, which is the order in which the merge used the files' chunks, the best guess of the
+//!   order it will need the next ones in. Beyond [`MAX_FILES`] files the matcher decodes on the
+//!   reader's thread as before (`matching::merge`): there memory per file matters more.
+//! * **Nothing changes but where the work runs.** A file's chunks come in file order (one chunk
+//!   decoded at a time per file, under its lock) with the clock samples, kernel clock states and
+//!   lost counts read up to each, so a [`TraceFile`] shows what the same calls would show reading
+//!   inline; at the end the pool hands the reader itself back (footer, damage, every count).
+//!   Whatever the number of threads, the events and everything derived from them are the same.
+//! * **Errors and panics travel with the chunks**: an I/O error reaches the caller of
+//!   [`TraceFile::next_chunk`], in order; a panic while decoding is resumed there.
+//! * **Nothing waits on a full queue**: results go to unbounded channels (bounded by the
+//!   requests), so a thread never blocks on one file while another needs it. The pool's threads
+//!   end when the pool and every file opened through it are dropped.
+
+use std::any::Any;
+use std::fs::File;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+use tsync_common::PacketEvent;
+use tsync_common::format::{ClockSample, FormatError, KernelClock, LostCounts, TraceReader};
+
+use super::tracefile::TraceHeader;
+
+/// Chunks each file keeps decoded ahead: two, so that a file's thread goes on while the merge
+/// takes from another file.
+pub const AHEAD: usize = 2;
+
+/// The most files worth decoding ahead: up to `AHEAD` + 3 chunk buffers (up to 320 KiB each)
+/// per file instead of one.
+pub const MAX_FILES: usize = 64;
+
+/// A pool of threads decoding trace files ahead of their readers.
+pub struct Decoders {
+    jobs: Option<Sender<Arc<Slot>>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// One file on the pool: its reader (until it is handed back) and where its chunks go.
+struct Slot {
+    state: Mutex<SlotState>,
+}
+
+struct SlotState {
+    /// `None` once the end or an error was reached.
+    reader: Option<TraceReader<File>>,
+    chunks: Sender<Decoded>,
+    /// Buffers the file is done with, to decode into again.
+    spare: Receiver<Vec<PacketEvent>>,
+    /// What was already sent of the reader's clock samples and kernel clock states.
+    samples_sent: usize,
+    kernel_sent: usize,
+    lost_sent: LostCounts,
+}
+
+/// What the pool sends a file.
+pub(super) enum Decoded {
+    /// A chunk, and what the reader met before it: new clock samples and kernel clock states,
+    /// the lost counts if they changed.
+    Chunk {
+        events: Vec<PacketEvent>,
+        samples: Vec<ClockSample>,
+        kernel_clock: Vec<KernelClock>,
+        lost: Option<LostCounts>,
+    },
+    /// The end (or the damage where reading stopped): the reader, with everything it read.
+    End(Box<TraceReader<File>>),
+    Failed(FormatError),
+    Panicked(Box<dyn Any + Send>),
+}
+
+impl Decoders {
+    /// A pool of `threads` threads (at least one).
+    pub fn new(threads: usize) -> Self {
+        let (jobs, queue) = channel::<Arc<Slot>>();
+        let queue = Arc::new(Mutex::new(queue));
+        let workers = (0..threads.max(1))
+            .map(|_| {
+                let queue = Arc::clone(&queue);
+                std::thread::spawn(move || work(&queue))
+            })
+            .collect();
+        Decoders {
+            jobs: Some(jobs),
+            workers,
+        }
+    }
+
+    /// Puts `reader` on the pool: its first chunks are decoded from now.
+    pub(super) fn start(&self, reader: TraceReader<File>) -> Ahead {
+        let (chunks, rx) = channel();
+        let (spare_tx, spare) = channel();
+        let header = reader.header().clone();
+        let (version, bracketed) = (reader.version(), reader.samples_bracketed());
+        let slot = Arc::new(Slot {
+            state: Mutex::new(SlotState {
+                reader: Some(reader),
+                chunks,
+                spare,
+                samples_sent: 0,
+                kernel_sent: 0,
+                lost_sent: LostCounts::default(),
+            }),
+        });
+        let jobs = self.jobs.clone().expect("the pool runs until dropped");
+        for _ in 0..AHEAD {
+            let _ = jobs.send(Arc::clone(&slot));
+        }
+        Ahead {
+            slot,
+            jobs,
+            rx,
+            spare: spare_tx,
+            header,
+            version,
+            bracketed,
+            events: Vec::new(),
+            samples: Vec::new(),
+            kernel_clock: Vec::new(),
+            lost: LostCounts::default(),
+            failed: false,
+        }
+    }
+}
+
+impl Drop for Decoders {
+    /// Waits for the threads, which end once every file opened through the pool is dropped too.
+    fn drop(&mut self) {
+        self.jobs = None;
+        for w in self.workers.drain(..) {
+            // A panic was sent to the file it happened on.
+            let _ = w.join();
+        }
+    }
+}
+
+/// A pool thread: decodes one chunk per request until the queue closes.
+fn work(queue: &Mutex<Receiver<Arc<Slot>>>) {
+    loop {
+        let job = lock(queue).recv();
+        let Ok(slot) = job else { return };
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| decode(&slot))) {
+            let _ = lock(&slot.state).chunks.send(Decoded::Panicked(panic));
+        }
+    }
+}
+
+/// Locks `m`, also after a panic while it was held (which is reported through the file).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Decodes the next chunk of `slot`'s file and sends it (nothing once the file ended).
+fn decode(slot: &Slot) {
+    let mut guard = lock(&slot.state);
+    let st = &mut *guard;
+    let Some(reader) = st.reader.as_mut() else {
+        return;
+    };
+    let message = match reader.next_events() {
+        Ok(Some(_)) => {
+            let mut events = st.spare.try_recv().unwrap_or_default();
+            reader.swap_events(&mut events);
+            let samples = reader.clock_samples()[st.samples_sent..].to_vec();
+            let kernel_clock = reader.kernel_clock()[st.kernel_sent..].to_vec();
+            st.samples_sent += samples.len();
+            st.kernel_sent += kernel_clock.len();
+            let lost = (*reader.lost() != st.lost_sent).then(|| {
+                st.lost_sent = reader.lost().clone();
+                st.lost_sent.clone()
+            });
+            Decoded::Chunk {
+                events,
+                samples,
+                kernel_clock,
+                lost,
+            }
+        }
+        Ok(None) => Decoded::End(Box::new(st.reader.take().expect("checked above"))),
+        Err(e) => {
+            st.reader = None;
+            Decoded::Failed(e)
+        }
+    };
+    let _ = st.chunks.send(message);
+}
+
+/// A file being decoded on the pool, seen from its reader: the chunk taken last and what was
+/// read up to it.
+pub(super) struct Ahead {
+    slot: Arc<Slot>,
+    jobs: Sender<Arc<Slot>>,
+    rx: Receiver<Decoded>,
+    spare: Sender<Vec<PacketEvent>>,
+    pub(super) header: TraceHeader,
+    pub(super) version: u32,
+    pub(super) bracketed: bool,
+    pub(super) events: Vec<PacketEvent>,
+    pub(super) samples: Vec<ClockSample>,
+    pub(super) kernel_clock: Vec<KernelClock>,
+    pub(super) lost: LostCounts,
+    /// Set once a read failed: the pool stopped decoding the file, so nothing would come.
+    failed: bool,
+}
+
+impl Ahead {
+    /// Gives the current chunk's buffer back, asks for one more chunk and waits for the next
+    /// one. `Ok(Some(reader))` at the end: the caller reads on from it (it returns no more
+    /// chunks, and holds the footer, the damage and every count).
+    pub(super) fn next(&mut self) -> Result<Option<TraceReader<File>>, FormatError> {
+        if self.failed {
+            return Err(stopped("an earlier read of this file failed"));
+        }
+        let used = std::mem::take(&mut self.events);
+        if used.capacity() > 0 {
+            let _ = self.spare.send(used);
+        }
+        let _ = self.jobs.send(Arc::clone(&self.slot));
+        match self.rx.recv() {
+            Ok(Decoded::Chunk {
+                events,
+                samples,
+                kernel_clock,
+                lost,
+            }) => {
+                self.events = events;
+                self.samples.extend(samples);
+                self.kernel_clock.extend(kernel_clock);
+                if let Some(lost) = lost {
+                    self.lost = lost;
+                }
+                Ok(None)
+            }
+            Ok(Decoded::End(reader)) => Ok(Some(*reader)),
+            Ok(Decoded::Failed(e)) => {
+                self.failed = true;
+                Err(e)
+            }
+            Ok(Decoded::Panicked(panic)) => {
+                self.failed = true;
+                std::panic::resume_unwind(panic)
+            }
+            // Cannot happen (the slot holds the sender, and the pool outlives its files).
+            Err(_) => Err(stopped("its decoding thread stopped")),
+        }
+    }
+}
+
+/// The error of a file whose decoding stopped.
+fn stopped(why: &str) -> FormatError {
+    FormatError::Io {
+        context: "cannot read trace file".into(),
+        error: std::io::Error::other(why.to_string()),
+    }
+}
