@@ -249,3 +249,58 @@ fn chunks_count_hooks_and_partial_chunks_hold_only_their_events() {
     raw[1..=EVENT_SIZE].copy_from_slice(bytemuck::bytes_of(&some[3]));
     assert_eq!(chunk::events(&raw[1..=EVENT_SIZE])[..], some[3..4]);
 }
+
+#[test]
+fn written_and_dropped_chunks_buffers_are_filled_again() {
+    let disk = Gated::default();
+    let mut out = start(&disk, MIN_BUFFER);
+    let first = out.chunk.buffer();
+    out.write(&events(0, CHUNK_EVENTS)).unwrap();
+    let second = out.chunk.buffer();
+    assert_ne!(
+        second, first,
+        "a buffer of its own while the first is queued"
+    );
+    // Once written, the first chunk's buffer is kept, then filled by the drain again.
+    drop(out.queue.wait_until(out.queue.lock(), |s| s.held == 0));
+    assert_eq!(out.queue.lock().spare.len(), 1);
+    out.write(&events(CHUNK_EVENTS as u64, CHUNK_EVENTS))
+        .unwrap();
+    assert_eq!(out.chunk.buffer(), first);
+    assert!(out.queue.lock().spare.is_empty());
+    // A chunk dropped for want of room gives its buffer back at once: the drain fills it again.
+    drop(out.queue.wait_until(out.queue.lock(), |s| s.held == 0));
+    disk.set(|d| d.closed = true);
+    out.write(&events(2 * CHUNK_EVENTS as u64, CHUNK_EVENTS))
+        .unwrap();
+    disk.wait_blocked();
+    // The budget (1 MiB) holds three chunks, the one being written included.
+    out.write(&events(3 * CHUNK_EVENTS as u64, 2 * CHUNK_EVENTS))
+        .unwrap();
+    let filling = out.chunk.buffer();
+    out.write(&events(5 * CHUNK_EVENTS as u64, CHUNK_EVENTS))
+        .unwrap();
+    assert_eq!(out.lost(), CHUNK_EVENTS as u64);
+    assert_eq!(out.chunk.buffer(), filling);
+    disk.set(|d| d.closed = false);
+    let stats = out.finish(Vec::new(), kernel_lost(0), &sample(1)).unwrap();
+    assert_eq!(stats.written.total(), 5 * CHUNK_EVENTS as u64);
+    assert_eq!(read(&disk).0, events(0, 5 * CHUNK_EVENTS));
+}
+
+#[test]
+fn only_whole_chunks_buffers_are_kept() {
+    let mut chunk = Chunk::new();
+    chunk.fill(&events(0, 5));
+    assert!(chunk::recycle(chunk.take().unwrap().bytes).is_none());
+    chunk.fill(&events(0, CHUNK_EVENTS));
+    let full = chunk.take().unwrap();
+    let at = full.bytes.as_ptr();
+    let held = full.bytes.clone();
+    assert!(chunk::recycle(full.bytes).is_none(), "still held elsewhere");
+    let buf = chunk::recycle(held).expect("the only holder now");
+    assert_eq!((buf.as_ptr(), buf.len()), (at, 0));
+    chunk.restock(Some(buf));
+    assert_eq!(chunk.buffer(), at);
+    assert_eq!(chunk.fill(&events(0, CHUNK_EVENTS + 1)), CHUNK_EVENTS);
+}
