@@ -99,17 +99,18 @@ impl Chunk {
         })
     }
 
-    /// Gives a chunk whose full buffer was taken a buffer to fill: `spare` (a written chunk's,
-    /// [`recycle`]d), or a new one.
+    /// Gives a chunk whose full buffer was taken a buffer to fill: what `spare` returns (a
+    /// written chunk's, [`recycle`]d), or a new one. `spare` is not called when the chunk has a
+    /// buffer (after a partial chunk was taken): a spare taken then would be freed.
     ///
     /// Why reuse: a chunk's 320 KiB are above the size at which an allocator maps fresh pages
     /// for each allocation and unmaps them when freed (musl's always, glibc's until its
     /// threshold adapts), and filling fresh pages costs a page fault and a page zeroed per 4 KiB:
     /// that made the static (musl) agent cost 25–40 % more CPU per event than the glibc one
     /// (docs/benchmarks.md).
-    pub fn restock(&mut self, spare: Option<BytesMut>) {
+    pub fn restock(&mut self, spare: impl FnOnce() -> Option<BytesMut>) {
         if self.buf.capacity() == 0 {
-            self.buf = spare.unwrap_or_else(|| BytesMut::with_capacity(CHUNK_BYTES));
+            self.buf = spare().unwrap_or_else(|| BytesMut::with_capacity(CHUNK_BYTES));
         }
     }
 }

@@ -231,7 +231,7 @@ impl Output {
                 false
             }
         };
-        self.chunk.restock(self.queue.spare(&mut state));
+        self.chunk.restock(|| self.queue.spare(&mut state));
         if queued {
             self.queued.add(counts);
             if std::mem::take(&mut self.dropping) {

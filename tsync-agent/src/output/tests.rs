@@ -300,7 +300,30 @@ fn only_whole_chunks_buffers_are_kept() {
     assert!(chunk::recycle(full.bytes).is_none(), "still held elsewhere");
     let buf = chunk::recycle(held).expect("the only holder now");
     assert_eq!((buf.as_ptr(), buf.len()), (at, 0));
-    chunk.restock(Some(buf));
+    chunk.restock(|| Some(buf));
+    assert_eq!(chunk.buffer(), at);
+    // A chunk that has a buffer keeps it, and takes no spare.
+    chunk.fill(&events(0, 5));
+    chunk.take().unwrap();
+    chunk.restock(|| panic!("a spare taken for a chunk that has a buffer"));
     assert_eq!(chunk.buffer(), at);
     assert_eq!(chunk.fill(&events(0, CHUNK_EVENTS + 1)), CHUNK_EVENTS);
+}
+
+#[test]
+fn a_flush_leaves_the_spare_buffers_alone() {
+    let disk = Gated::default();
+    let mut out = start(&disk, MIN_BUFFER);
+    out.write(&events(0, CHUNK_EVENTS)).unwrap();
+    drop(out.queue.wait_until(out.queue.lock(), |s| s.held == 0));
+    assert_eq!(out.queue.lock().spare.len(), 1);
+    out.write(&events(CHUNK_EVENTS as u64, 10)).unwrap();
+    out.flush(Vec::new(), kernel_lost(0)).unwrap();
+    assert_eq!(
+        out.queue.lock().spare.len(),
+        1,
+        "the partial chunk keeps the drain's buffer"
+    );
+    out.finish(Vec::new(), kernel_lost(0), &sample(1)).unwrap();
+    assert_eq!(read(&disk).0, events(0, CHUNK_EVENTS + 10));
 }
