@@ -12,11 +12,10 @@ pub const WINDOW_NS: u64 = 50_000_000;
 /// Events waiting to be released in timestamp order.
 #[derive(Default)]
 pub struct Reorder {
-    /// A deque: releasing the oldest events must not move the rest of the window (with a `Vec`,
-    /// every drain moved the whole window, and each event was copied once per drain).
+    /// Sorted by timestamp, equal ones in arrival order. A deque: releasing the oldest events
+    /// must not move the rest of the window (with a `Vec`, every drain moved the whole window,
+    /// and each event was copied once per drain).
     pending: VecDeque<PacketEvent>,
-    /// Whether `pending` is known to be sorted by timestamp.
-    sorted: bool,
     /// Newest timestamp already released.
     released_upto: u64,
     /// Events that arrived after newer ones had been released: written out of order.
@@ -27,24 +26,29 @@ pub struct Reorder {
 
 impl Reorder {
     pub fn new() -> Self {
-        Self {
-            sorted: true,
-            ..Self::default()
-        }
+        Self::default()
     }
 
-    /// Takes one event from the ring buffer.
+    /// Takes one event from the ring buffer, in its place: after every pending event stamped at
+    /// or before it.
+    ///
+    /// Why insert rather than sort at release: an event out of order is only a few events away
+    /// from its place (it is late by the microseconds a hook runs on another CPU), so inserting
+    /// it moves a few events; a stable sort of the window at every drain allocated scratch as
+    /// large as the window (1 MB at 200 000 events/s), fresh pages each time with musl's
+    /// allocator, and went over every pending event (docs/benchmarks.md).
     pub fn push(&mut self, ev: PacketEvent) {
         self.newest = self.newest.max(ev.ts_ns);
         if ev.ts_ns < self.released_upto {
             self.late += 1;
         }
-        if let Some(last) = self.pending.back()
-            && ev.ts_ns < last.ts_ns
-        {
-            self.sorted = false;
+        match self.pending.back() {
+            Some(last) if ev.ts_ns < last.ts_ns => {
+                let at = self.pending.partition_point(|e| e.ts_ns <= ev.ts_ns);
+                self.pending.insert(at, ev);
+            }
+            _ => self.pending.push_back(ev),
         }
-        self.pending.push_back(ev);
     }
 
     /// Hands every pending event with `ts_ns <= cutoff` to `out`, oldest first, in at most two
@@ -55,11 +59,6 @@ impl Reorder {
         cutoff: u64,
         mut out: impl FnMut(&mut [PacketEvent]) -> Result<(), E>,
     ) -> Result<(), E> {
-        if !self.sorted {
-            // Stable sort: runs of already sorted events make this close to linear.
-            self.pending.make_contiguous().sort_by_key(|e| e.ts_ns);
-            self.sorted = true;
-        }
         let n = self.pending.partition_point(|e| e.ts_ns <= cutoff);
         if n == 0 {
             return Ok(());
@@ -136,6 +135,48 @@ mod tests {
         release(&mut r, u64::MAX, &mut out);
         assert_eq!(times(&out), [100, 90, 110]);
         assert_eq!(r.late(), 1);
+    }
+
+    /// Events late by up to 40 places (others early by more), pairs with equal stamps, released in several steps: the
+    /// order of a stable sort, whatever the cutoffs.
+    #[test]
+    fn releases_what_a_stable_sort_would() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut arrived: Vec<PacketEvent> = (0..5000u64)
+            .map(|i| PacketEvent {
+                // Pairs share a stamp; `cpu` tells arrival order apart.
+                ts_ns: 1000 + i / 2 * 10,
+                ..PacketEvent::default()
+            })
+            .collect();
+        for i in (0..arrived.len()).rev() {
+            let j = i.saturating_sub((next() % 40) as usize);
+            arrived.swap(i, j);
+        }
+        for (i, e) in arrived.iter_mut().enumerate() {
+            e.cpu = i as u16;
+        }
+        let mut r = Reorder::new();
+        let mut out = Vec::new();
+        for (i, e) in arrived.iter().enumerate() {
+            r.push(*e);
+            if i % 700 == 699 {
+                // Below the stamp of every event still to come (none is late by 40 places).
+                release(&mut r, 1000 + (i as u64 - 40) / 2 * 10, &mut out);
+            }
+        }
+        release(&mut r, u64::MAX, &mut out);
+        let mut expected = arrived.clone();
+        expected.sort_by_key(|e| e.ts_ns);
+        let key = |v: &[PacketEvent]| v.iter().map(|e| (e.ts_ns, e.cpu)).collect::<Vec<_>>();
+        assert_eq!(r.late(), 0);
+        assert_eq!(key(&out), key(&expected));
     }
 
     #[test]

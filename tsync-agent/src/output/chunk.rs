@@ -63,6 +63,12 @@ impl Chunk {
         n
     }
 
+    /// Where the chunk's buffer is (tests of its reuse).
+    #[cfg(test)]
+    pub fn buffer(&self) -> *const u8 {
+        self.buf.as_ptr()
+    }
+
     /// Events in the chunk.
     pub fn len(&self) -> usize {
         self.buf.len() / EVENT_SIZE
@@ -72,15 +78,16 @@ impl Chunk {
         self.len() == CHUNK_EVENTS
     }
 
-    /// Takes the events, None if there are none. A full chunk hands its buffer over as it is and
-    /// a new one is allocated; a partial one (at a flush) is copied into a buffer of its own size,
-    /// so that the memory a queued chunk holds is exactly its length, and the buffer is kept.
+    /// Takes the events, None if there are none. A full chunk hands its buffer over as it is,
+    /// leaving the chunk without one until [`Chunk::restock`]; a partial one (at a flush) is
+    /// copied into a buffer of its own size, so that the memory a queued chunk holds is exactly
+    /// its length, and the buffer is kept.
     pub fn take(&mut self) -> Option<Frozen> {
         if self.buf.is_empty() {
             return None;
         }
         let bytes = if self.is_full() {
-            std::mem::replace(&mut self.buf, BytesMut::with_capacity(CHUNK_BYTES)).freeze()
+            std::mem::take(&mut self.buf).freeze()
         } else {
             let copy = Bytes::copy_from_slice(&self.buf);
             self.buf.clear();
@@ -91,6 +98,32 @@ impl Chunk {
             counts: std::mem::take(&mut self.counts),
         })
     }
+
+    /// Gives a chunk whose full buffer was taken a buffer to fill: what `spare` returns (a
+    /// written chunk's, [`recycle`]d), or a new one. `spare` is not called when the chunk has a
+    /// buffer (after a partial chunk was taken): a spare taken then would be freed.
+    ///
+    /// Why reuse: a chunk's 320 KiB are above the size at which an allocator maps fresh pages
+    /// for each allocation and unmaps them when freed (musl's always, glibc's until its
+    /// threshold adapts), and filling fresh pages costs a page fault and a page zeroed per 4 KiB:
+    /// that made the static (musl) agent cost 25–40 % more CPU per event than the glibc one
+    /// (docs/benchmarks.md).
+    pub fn restock(&mut self, spare: impl FnOnce() -> Option<BytesMut>) {
+        if self.buf.capacity() == 0 {
+            self.buf = spare().unwrap_or_else(|| BytesMut::with_capacity(CHUNK_BYTES));
+        }
+    }
+}
+
+/// The buffer of a chunk that was written or dropped, emptied, if it is a full chunk's and
+/// nothing else holds it: what [`Chunk::restock`] takes.
+pub fn recycle(bytes: Bytes) -> Option<BytesMut> {
+    if bytes.len() != CHUNK_BYTES {
+        return None;
+    }
+    let mut buf = bytes.try_into_mut().ok()?;
+    buf.clear();
+    (buf.capacity() >= CHUNK_BYTES).then_some(buf)
 }
 
 /// The events of a handed-over chunk: the bytes themselves when they are aligned for

@@ -2,7 +2,8 @@
 //!
 //! The recording loop (the drain) copies events off the ring buffer, restores their time order and
 //! appends them to a [`chunk::Chunk`] (`bytes::BytesMut`). A full chunk is frozen and queued for
-//! the writer thread ([`writer`]), the only code that touches the file; at every flush period the
+//! the writer thread ([`writer`]), the only code that touches the file, whose buffer comes back
+//! to be filled again once written (no allocation per chunk); at every flush period the
 //! partial chunk, the clock records and the lost counters follow, with a request to flush. A
 //! `write()` that blocks (a saturated disk: Linux's dirty-page throttling blocks writers for
 //! seconds; a network or FUSE file system) then blocks only the writer, while the drain goes on
@@ -164,7 +165,7 @@ impl Output {
                 .wait_until(state, |s| s.held + len <= self.queue.limit);
             take_failure(&mut state)?;
             let queued = self.queue.push(&mut state, chunk.bytes);
-            debug_assert!(queued, "room was waited for");
+            debug_assert!(queued.is_ok(), "room was waited for");
             self.queued.add(chunk.counts);
         }
         let footer = Footer {
@@ -216,12 +217,22 @@ impl Output {
         }
     }
 
-    /// Queues a chunk, or drops and counts it when the budget is full.
+    /// Queues a chunk, or drops and counts it when the budget is full; gives the drain's chunk
+    /// a buffer again if this one was full (a written one's, when the writer has returned one).
     fn hand_over(&mut self, chunk: Frozen) -> Result<()> {
         let mut state = self.queue.lock();
         take_failure(&mut state)?;
         let counts = chunk.counts;
-        if self.queue.push(&mut state, chunk.bytes) {
+        let queued = match self.queue.push(&mut state, chunk.bytes) {
+            Ok(()) => true,
+            Err(dropped) => {
+                // Nothing else holds a dropped chunk: its buffer is as good as a written one's.
+                self.queue.keep(&mut state, chunk::recycle(dropped));
+                false
+            }
+        };
+        self.chunk.restock(|| self.queue.spare(&mut state));
+        if queued {
             self.queued.add(counts);
             if std::mem::take(&mut self.dropping) {
                 log::warn!(

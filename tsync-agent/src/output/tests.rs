@@ -220,10 +220,14 @@ fn a_full_disk_stops_the_recording_with_its_error() {
     let disk = Gated::default();
     let mut out = start(&disk, MIN_BUFFER);
     disk.set(|d| d.fail = true);
-    out.write(&events(0, 2 * CHUNK_EVENTS)).unwrap();
-    let err = out
-        .finish(Vec::new(), kernel_lost(0), &sample(1))
-        .unwrap_err();
+    // The writer may fail on the first chunk before the second is handed over: then the drain
+    // side hears of it at once, else when finishing.
+    let err = match out.write(&events(0, 2 * CHUNK_EVENTS)) {
+        Err(err) => err,
+        Ok(()) => out
+            .finish(Vec::new(), kernel_lost(0), &sample(1))
+            .unwrap_err(),
+    };
     let text = format!("{err:#}");
     assert!(text.contains("/test/out.trace is full"), "{text}");
 }
@@ -248,4 +252,81 @@ fn chunks_count_hooks_and_partial_chunks_hold_only_their_events() {
     let raw: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
     raw[1..=EVENT_SIZE].copy_from_slice(bytemuck::bytes_of(&some[3]));
     assert_eq!(chunk::events(&raw[1..=EVENT_SIZE])[..], some[3..4]);
+}
+
+#[test]
+fn written_and_dropped_chunks_buffers_are_filled_again() {
+    let disk = Gated::default();
+    let mut out = start(&disk, MIN_BUFFER);
+    let first = out.chunk.buffer();
+    out.write(&events(0, CHUNK_EVENTS)).unwrap();
+    let second = out.chunk.buffer();
+    assert_ne!(
+        second, first,
+        "a buffer of its own while the first is queued"
+    );
+    // Once written, the first chunk's buffer is kept, then filled by the drain again.
+    drop(out.queue.wait_until(out.queue.lock(), |s| s.held == 0));
+    assert_eq!(out.queue.lock().spare.len(), 1);
+    out.write(&events(CHUNK_EVENTS as u64, CHUNK_EVENTS))
+        .unwrap();
+    assert_eq!(out.chunk.buffer(), first);
+    // A chunk dropped for want of room gives its buffer back at once: the drain fills it again.
+    drop(out.queue.wait_until(out.queue.lock(), |s| s.held == 0));
+    disk.set(|d| d.closed = true);
+    out.write(&events(2 * CHUNK_EVENTS as u64, CHUNK_EVENTS))
+        .unwrap();
+    disk.wait_blocked();
+    // The budget (1 MiB) holds three chunks, the one being written included.
+    out.write(&events(3 * CHUNK_EVENTS as u64, 2 * CHUNK_EVENTS))
+        .unwrap();
+    let filling = out.chunk.buffer();
+    out.write(&events(5 * CHUNK_EVENTS as u64, CHUNK_EVENTS))
+        .unwrap();
+    assert_eq!(out.lost(), CHUNK_EVENTS as u64);
+    assert_eq!(out.chunk.buffer(), filling);
+    disk.set(|d| d.closed = false);
+    let stats = out.finish(Vec::new(), kernel_lost(0), &sample(1)).unwrap();
+    assert_eq!(stats.written.total(), 5 * CHUNK_EVENTS as u64);
+    assert_eq!(read(&disk).0, events(0, 5 * CHUNK_EVENTS));
+}
+
+#[test]
+fn only_whole_chunks_buffers_are_kept() {
+    let mut chunk = Chunk::new();
+    chunk.fill(&events(0, 5));
+    assert!(chunk::recycle(chunk.take().unwrap().bytes).is_none());
+    chunk.fill(&events(0, CHUNK_EVENTS));
+    let full = chunk.take().unwrap();
+    let at = full.bytes.as_ptr();
+    let held = full.bytes.clone();
+    assert!(chunk::recycle(full.bytes).is_none(), "still held elsewhere");
+    let buf = chunk::recycle(held).expect("the only holder now");
+    assert_eq!((buf.as_ptr(), buf.len()), (at, 0));
+    chunk.restock(|| Some(buf));
+    assert_eq!(chunk.buffer(), at);
+    // A chunk that has a buffer keeps it, and takes no spare.
+    chunk.fill(&events(0, 5));
+    chunk.take().unwrap();
+    chunk.restock(|| panic!("a spare taken for a chunk that has a buffer"));
+    assert_eq!(chunk.buffer(), at);
+    assert_eq!(chunk.fill(&events(0, CHUNK_EVENTS + 1)), CHUNK_EVENTS);
+}
+
+#[test]
+fn a_flush_leaves_the_spare_buffers_alone() {
+    let disk = Gated::default();
+    let mut out = start(&disk, MIN_BUFFER);
+    out.write(&events(0, CHUNK_EVENTS)).unwrap();
+    drop(out.queue.wait_until(out.queue.lock(), |s| s.held == 0));
+    assert_eq!(out.queue.lock().spare.len(), 1);
+    out.write(&events(CHUNK_EVENTS as u64, 10)).unwrap();
+    out.flush(Vec::new(), kernel_lost(0)).unwrap();
+    assert_eq!(
+        out.queue.lock().spare.len(),
+        1,
+        "the partial chunk keeps the drain's buffer"
+    );
+    out.finish(Vec::new(), kernel_lost(0), &sample(1)).unwrap();
+    assert_eq!(read(&disk).0, events(0, CHUNK_EVENTS + 10));
 }

@@ -36,11 +36,11 @@ fn serve<W: Write>(mut writer: TraceWriter<W>, queue: &Queue, path: &Path) -> Re
     let error = |e| write_error(path, e);
     loop {
         let batch = queue.next_batch();
-        for bytes in &batch.chunks {
+        for bytes in batch.chunks {
             queue
-                .timed(|| writer.write_events(&chunk::events(bytes)))
+                .timed(|| writer.write_events(&chunk::events(&bytes)))
                 .map_err(error)?;
-            queue.written(bytes.len());
+            queue.written(bytes);
         }
         if batch.flush || batch.footer.is_some() || batch.closed {
             queue

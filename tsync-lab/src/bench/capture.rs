@@ -6,10 +6,12 @@
 //! cost per run is the cost of one recorded event). Reported per run: packets/s and Gbit/s on the
 //! link (veth counters), events/s written, events lost, and the in-kernel cost per hook run and per
 //! written event from the kernel's own BPF statistics (`kernel.bpf_stats_enabled`: run_time_ns /
-//! run_cnt). Ratios are against the no-agent baseline of the same traffic in the same run. Then
-//! the stalling-output scenario ([`CaptureOptions::stalling_output`]): the trace on a FUSE file system whose
-//! writes block 4 s of every 6 s, as a saturated disk's do, under iperf3 TCP: events lost in the
-//! kernel and to the disk, per binary. Needs root.
+//! run_cnt). Ratios are against the no-agent baseline of the same traffic in the same run. Another
+//! agent binary (`--baseline-agent`) is measured right after the current one, or at the same time
+//! on the same packets (`--side-by-side`). Then the stalling-output scenario
+//! ([`CaptureOptions::stalling_output`]): the trace on a FUSE file system whose writes block 4 s
+//! of every 6 s, as a saturated disk's do, under iperf3 TCP: events lost in the kernel and to the
+//! disk, per binary. Needs root.
 use std::{
     fmt::Write as _,
     fs,
@@ -41,6 +43,12 @@ pub struct CaptureOptions {
     /// which matter on a shared machine. Its rows say "baseline".
     #[arg(long, value_name = "BINARY")]
     pub baseline_agent: Option<PathBuf>,
+    /// With --baseline-agent: run both agents at the same time instead of one after the other,
+    /// so that they record the very same packets (every run differs in what iperf3 achieves,
+    /// and an agent's cost per event depends on the event rate). Compares the agents' own CPU
+    /// per event; the link and BPF figures are then those of two sets of programs.
+    #[arg(long, requires = "baseline_agent")]
+    pub side_by_side: bool,
     /// Skip the stalling-output scenario (a FUSE file system that blocks writes 4 s of every
     /// 6 s; needs fuse3 and python3-fusepy, which `cargo xtask setup` installs).
     #[arg(long)]
@@ -102,6 +110,10 @@ struct Measure {
     lost: u64,
     /// CPU time the agents spent in user space and in system calls while recording.
     agent_cpu_s: f64,
+    /// Of that, what they spent before they said they record (BTF, loading, the verifier).
+    agent_startup_cpu_s: f64,
+    /// Agents measured.
+    agents: u32,
     bpf_runs: u64,
     bpf_run_time_ns: u64,
 }
@@ -148,38 +160,50 @@ impl CaptureOptions {
         let _stats = BpfStats::enable()?;
         let mut rows = Vec::new();
         for (i, scenario) in SCENARIOS.iter().enumerate() {
-            let traces = [0, 1].map(|n| out_dir.join(format!("capture-{i}-{n}.trace")));
+            let traces: Vec<[PathBuf; 2]> = (0..binaries.len())
+                .map(|b| [0, 1].map(|n| out_dir.join(format!("capture-{i}-{n}-{b}.trace"))))
+                .collect();
             let mut runs = Vec::new();
             for (j, agents) in [Agents::None, Agents::PerNamespace, Agents::OneAllNetns]
                 .into_iter()
                 .enumerate()
             {
                 // Without agents there is nothing to compare; with agents, each binary in turn,
-                // which one first alternating from one run to the next (rows keep their order).
+                // which one first alternating from one run to the next (rows keep their order),
+                // or all of them at once.
                 let bins = if agents == Agents::None {
                     &binaries[..1]
                 } else {
                     &binaries[..]
                 };
+                let order: Vec<usize> = (0..bins.len()).map(|k| (k + i + j) % bins.len()).collect();
+                let groups: Vec<Vec<usize>> = if self.side_by_side {
+                    vec![order]
+                } else {
+                    order.into_iter().map(|b| vec![b]).collect()
+                };
                 let mut measured = Vec::new();
-                for k in 0..bins.len() {
-                    let b = (k + i + j) % bins.len();
-                    let (bin, which) = bins[b];
-                    let label = format!("{}{which}", agents.label());
-                    eprintln!("bench: {}, agents: {label}", scenario.name);
-                    let measure = self.measure(&link, scenario, agents, bin, &traces)?;
-                    let run = Run {
-                        agents,
-                        label,
-                        measure,
-                    };
-                    measured.push((b, run));
+                for group in groups {
+                    let label = |b: usize| format!("{}{}", agents.label(), bins[b].1);
+                    let names: Vec<String> = group.iter().map(|&b| label(b)).collect();
+                    eprintln!("bench: {}, agents: {}", scenario.name, names.join(" + "));
+                    let started: Vec<(&Path, &[PathBuf; 2])> =
+                        group.iter().map(|&b| (bins[b].0, &traces[b])).collect();
+                    let measures = self.measure(&link, scenario, agents, &started)?;
+                    for (b, measure) in group.into_iter().zip(measures) {
+                        let run = Run {
+                            agents,
+                            label: label(b),
+                            measure,
+                        };
+                        measured.push((b, run));
+                    }
                 }
                 measured.sort_by_key(|&(b, _)| b);
                 runs.extend(measured.into_iter().map(|(_, run)| run));
             }
             if !self.keep_traces {
-                for t in &traces {
+                for t in traces.iter().flatten() {
                     let _ = fs::remove_file(t);
                 }
             }
@@ -196,20 +220,20 @@ impl CaptureOptions {
         Ok(())
     }
 
-    /// One iperf3 run with the given agents (binary `bin`, writing to `traces`).
+    /// One iperf3 run with the given agents of each binary in `bins` (writing to its traces),
+    /// all recording at once; what each binary's agents measured.
     fn measure(
         &self,
         link: &VethPair,
         scenario: &Scenario,
         agents: Agents,
-        bin: &Path,
-        traces: &[PathBuf; 2],
-    ) -> Result<Measure> {
+        bins: &[(&Path, &[PathBuf; 2])],
+    ) -> Result<Vec<Measure>> {
         // An agent replacing the previous run's file would pay for freeing its pages.
-        for t in traces {
+        for t in bins.iter().flat_map(|(_, traces)| traces.iter()) {
             let _ = fs::remove_file(t);
         }
-        let start = |ns: &Netns, trace: &Path, all_netns: bool| {
+        let start = |bin: &Path, ns: &Netns, trace: &Path, all_netns: bool| {
             let mut cmd = record_command(bin, Some(ns), trace);
             cmd.arg("--force");
             if all_netns {
@@ -218,52 +242,75 @@ impl CaptureOptions {
             if let Some(size) = self.ring_size {
                 cmd.args(["--ring-size", &size.to_string()]);
             }
-            Agent::start(cmd)
+            // Its CPU time once it records: what starting cost it.
+            let agent = Agent::start(cmd)?;
+            let startup = agent.cpu_seconds()?;
+            Ok::<_, anyhow::Error>((agent, startup))
         };
-        let mut running = Vec::new();
-        match agents {
-            Agents::None => {}
-            Agents::PerNamespace => {
-                for (ns, trace) in link.ns.iter().zip(traces) {
-                    running.push(start(ns, trace, false)?);
+        let mut running: Vec<Vec<(Agent, f64)>> = Vec::new();
+        for &(bin, traces) in bins {
+            let mut these = Vec::new();
+            match agents {
+                Agents::None => {}
+                Agents::PerNamespace => {
+                    for (ns, trace) in link.ns.iter().zip(traces) {
+                        these.push(start(bin, ns, trace, false)?);
+                    }
+                }
+                Agents::OneAllNetns => these.push(start(bin, &link.ns[0], &traces[0], true)?),
+            }
+            running.push(these);
+        }
+        let run = iperf(link, scenario, self.duration)?;
+        // The programs' statistics must be read while they are still loaded.
+        let programs = crate::programs()?;
+        let mut measures = Vec::new();
+        for these in running {
+            let mut m = Measure {
+                seconds: run.seconds,
+                link_packets: run.after.0 - run.before.0,
+                link_bytes: run.after.1 - run.before.1,
+                ..Measure::default()
+            };
+            let mut ours = std::collections::BTreeSet::new();
+            for (agent, startup) in &these {
+                ours.extend(agent.program_ids()?);
+                m.agent_startup_cpu_s += startup;
+                m.agents += 1;
+            }
+            for p in &programs {
+                if ours.contains(&p.id) {
+                    m.bpf_runs += p.run_cnt;
+                    m.bpf_run_time_ns += p.run_time_ns;
                 }
             }
-            Agents::OneAllNetns => running.push(start(&link.ns[0], &traces[0], true)?),
+            measures.push((m, these));
         }
-        let m = iperf(link, scenario, self.duration)?;
-        let mut m = Measure {
-            seconds: m.seconds,
-            link_packets: m.after.0 - m.before.0,
-            link_bytes: m.after.1 - m.before.1,
-            ..Measure::default()
-        };
-        // The programs' statistics must be read while they are still loaded.
-        let mut ours = std::collections::BTreeSet::new();
-        for agent in &running {
-            ours.extend(agent.program_ids()?);
-        }
-        for p in crate::programs()? {
-            if ours.contains(&p.id) {
-                m.bpf_runs += p.run_cnt;
-                m.bpf_run_time_ns += p.run_time_ns;
+        // Every agent's CPU time before any stops (stopping one costs the others nothing).
+        for (m, these) in &mut measures {
+            for (agent, _) in these.iter() {
+                m.agent_cpu_s += agent.cpu_seconds()?;
             }
         }
-        for agent in running {
-            m.agent_cpu_s += agent.cpu_seconds()?;
-            let stopped = agent.stop()?;
-            ensure!(
-                stopped.status.success(),
-                "tsync-agent failed: {}\n{}",
-                stopped.status,
-                stopped.stderr
-            );
-            let (events, lost) = stopped
-                .summary()
-                .with_context(|| format!("no summary from tsync-agent: {}", stopped.stdout))?;
-            m.events += events;
-            m.lost += lost;
+        let mut out = Vec::new();
+        for (mut m, these) in measures {
+            for (agent, _) in these {
+                let stopped = agent.stop()?;
+                ensure!(
+                    stopped.status.success(),
+                    "tsync-agent failed: {}\n{}",
+                    stopped.status,
+                    stopped.stderr
+                );
+                let (events, lost) = stopped
+                    .summary()
+                    .with_context(|| format!("no summary from tsync-agent: {}", stopped.stdout))?;
+                m.events += events;
+                m.lost += lost;
+            }
+            out.push(m);
         }
-        Ok(m)
+        Ok(out)
     }
 
     fn table(&self, rows: &[(&str, Vec<Run>)]) -> String {
@@ -285,9 +332,9 @@ impl CaptureOptions {
         );
         let _ = writeln!(
             t,
-            "| traffic | agents | link packets/s | link Gbit/s | vs. no agent | events/s written | events lost | BPF ns per hook run | BPF ns per event | agent CPU ns per event |"
+            "| traffic | agents | link packets/s | link Gbit/s | vs. no agent | events/s written | events lost | BPF ns per hook run | BPF ns per event | agent CPU ns per event | agent start-up CPU ms |"
         );
-        let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for (name, runs) in rows {
             let base_pps = runs[0].measure.pps().max(1.0);
             for Run {
@@ -299,7 +346,7 @@ impl CaptureOptions {
                 if *agents == Agents::None {
                     let _ = writeln!(
                         t,
-                        "| {name} | {label} | {:.0} | {:.2} | 1.00 | – | – | – | – | – |",
+                        "| {name} | {label} | {:.0} | {:.2} | 1.00 | – | – | – | – | – | – |",
                         m.pps(),
                         m.gbps()
                     );
@@ -309,7 +356,7 @@ impl CaptureOptions {
                 let per_event = m.bpf_run_time_ns as f64 / m.events.max(1) as f64;
                 let _ = writeln!(
                     t,
-                    "| {name} | {label} | {:.0} | {:.2} | {:.2} | {:.0} | {} | {:.0} | {:.0} | {:.0} |",
+                    "| {name} | {label} | {:.0} | {:.2} | {:.2} | {:.0} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
                     m.pps(),
                     m.gbps(),
                     m.pps() / base_pps,
@@ -317,7 +364,8 @@ impl CaptureOptions {
                     m.lost,
                     per_run,
                     per_event,
-                    m.agent_cpu_s * 1e9 / m.events.max(1) as f64
+                    m.agent_cpu_s * 1e9 / m.events.max(1) as f64,
+                    m.agent_startup_cpu_s * 1e3 / f64::from(m.agents.max(1))
                 );
             }
         }
@@ -332,13 +380,21 @@ impl CaptureOptions {
              their own clock reads to every run. \"Agent CPU ns per event\" is the agents' user \
              and system time while recording (draining the ring buffer, sorting, writing the \
              file) divided by the events written: one core drains 10⁹ / that many events per \
-             second."
+             second. It includes each agent's start-up (reading the kernel's BTF, loading and \
+             verifying the programs), which \"agent start-up CPU ms\" gives alone, per agent: \
+             CPU time until the agent said it records."
         );
         if let Some(b) = &self.baseline_agent {
+            let when = if self.side_by_side {
+                "at the same time as the current agent, both recording the same packets (so the \
+                 link and BPF figures of these rows are those of both agents' programs)"
+            } else {
+                "right before or after the current agent (the order alternates), in the same \
+                 conditions"
+            };
             let _ = writeln!(
                 t,
-                "\nRows marked \"baseline\" ran `{}` right before or after the current agent (the \
-                 order alternates), in the same conditions.",
+                "\nRows marked \"baseline\" ran `{}` {when}.",
                 b.display()
             );
         }
