@@ -97,9 +97,10 @@ static SPECIAL_IN_STRING: [bool; 256] = {
 /// and non-ASCII bytes (negative as `i8`); a table look-up per byte for the last few bytes of a
 /// line and on other architectures.
 #[inline]
-fn skip_plain(s: &[u8], mut i: usize) -> usize {
+fn skip_plain(s: &[u8], i: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
-    {
+    let i = {
+        let mut i = i;
         use std::arch::x86_64::{
             __m128i, _mm_cmpeq_epi8, _mm_cmplt_epi8, _mm_loadu_si128, _mm_movemask_epi8,
             _mm_or_si128, _mm_set1_epi8,
@@ -123,7 +124,8 @@ fn skip_plain(s: &[u8], mut i: usize) -> usize {
                 i += 16;
             }
         }
-    }
+        i
+    };
     i + s[i..]
         .iter()
         .position(|&b| SPECIAL_IN_STRING[b as usize])
