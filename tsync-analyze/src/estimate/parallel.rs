@@ -1,6 +1,6 @@
 //! The finishing work spread over the cores `--threads` allows: each pair's estimate, each
-//! edge's joint centre and each grid instant of the network intervals depend on nothing but
-//! their own input, so they are mapped in parallel and collected in input order — the result is
+//! edge's joint centre, each search for a group's reference and each grid instant of the network
+//! intervals depend on nothing but their own input, so they are mapped in parallel and collected in input order — the result is
 //! the same whatever the number of threads (`tests/threads.rs`).
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,8 +22,8 @@ where
     }
 }
 
-/// The pool of `threads` threads, started on first use and kept for the process (the three
-/// uses of one `sync` share it). Memory: results built on the workers come from their own malloc
+/// The pool of `threads` threads, started on first use and kept for the process (every
+/// use in one `sync` shares it). Memory: results built on the workers come from their own malloc
 /// arenas, which cannot reuse what the freed accumulators leave in the main thread's, so the
 /// peak holds both (418 → 540 MB on the 600-trace benchmark with 2 threads; docs/analyzer.md).
 fn pool(threads: usize) -> Option<Arc<rayon::ThreadPool>> {
