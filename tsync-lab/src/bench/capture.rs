@@ -295,13 +295,7 @@ impl CaptureOptions {
         let mut out = Vec::new();
         for (mut m, these) in measures {
             for (agent, _) in these {
-                let stopped = agent.stop()?;
-                ensure!(
-                    stopped.status.success(),
-                    "tsync-agent failed: {}\n{}",
-                    stopped.status,
-                    stopped.stderr
-                );
+                let stopped = agent.stop_cleanly()?;
                 let (events, lost) = stopped
                     .summary()
                     .with_context(|| format!("no summary from tsync-agent: {}", stopped.stdout))?;
@@ -444,13 +438,7 @@ impl CaptureOptions {
             cmd.arg("--all-netns");
             let agent = Agent::start(cmd)?;
             iperf(link, &scenario, STALL_TRAFFIC_S)?;
-            let stopped = agent.stop()?;
-            ensure!(
-                stopped.status.success(),
-                "tsync-agent failed: {}\n{}",
-                stopped.status,
-                stopped.stderr
-            );
+            let stopped = agent.stop_cleanly()?;
             let lost = footer_lost(&trace)?;
             let (events, _) = stopped
                 .summary()
