@@ -8,15 +8,21 @@ use anyhow::{Context as _, Result, bail};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{MapData, PerCpuArray, RingBuf},
-    programs::BtfTracePoint,
+    programs::{BtfTracePoint, RawTracePoint, tp_btf::BtfTracePointLinkId},
 };
 use aya_log::EbpfLogger;
 use tsync_common::{
     format::LostCounts,
-    names::{EVENTS_MAP, LOST_MAP, PROGRAMS, global},
+    names::{EVENTS_MAP, FLUSH_PROGRAM, LOST_MAP, PENDING_MAP, PROGRAMS, global},
 };
 
-use crate::{btf::Btf, logging, offsets::KernelOffsets, privileges};
+use crate::{
+    batches::{self, Batches},
+    btf::Btf,
+    logging, node,
+    offsets::KernelOffsets,
+    privileges,
+};
 
 /// The object file built from `tsync-ebpf` by build.rs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tsync"));
@@ -32,8 +38,12 @@ pub type Logger = EbpfLogger<&'static dyn log::Log>;
 /// Loaded and attached programs with their maps.
 pub struct Capture {
     /// Keeps programs and links alive; dropping it detaches them.
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
+    /// The hooks' links, until [`Capture::detach`].
+    links: Vec<(&'static str, BtfTracePointLinkId)>,
     pub events: RingBuf<MapData>,
+    /// The programs' per-CPU batches; None on kernels too old to flush them (no batching).
+    pub batches: Option<Batches>,
     lost: PerCpuArray<MapData, u64>,
     /// The programs' log, until the recorder takes it; None if it could not be opened.
     logger: Option<Logger>,
@@ -107,20 +117,28 @@ impl Capture {
             loader.override_global(name, value, true);
         }
         let wakeup_bytes = wakeup_bytes(opts.ring_size);
+        let release = node::kernel_release();
+        let batching = u32::from(batches::kernel_supports(&release));
         // Log statements above the level the user will see are dead code for the verifier.
         let log_level = logging::ebpf_level();
         loader
             .override_global(global::NETNS_INUM, &netns, true)
             .override_global(global::WAKEUP_BYTES, &wakeup_bytes, true)
+            .override_global(global::BATCHING, &batching, true)
             .override_global(global::LOG_LEVEL, &log_level, false)
             .map_max_entries(EVENTS_MAP, opts.ring_size);
         log::info!(
             "kernel offsets from BTF: {offsets:?}; ring buffer {} bytes, wakeup at {wakeup_bytes} \
-             bytes; namespace filter {}; eBPF messages up to {}",
+             bytes; namespace filter {}; eBPF messages up to {}; {}",
             opts.ring_size,
             opts.netns_inode
                 .map_or("off (--all-netns)".to_owned(), |ino| format!("inode {ino}")),
             log::max_level(),
+            if batching == 1 {
+                format!("events batched per CPU by {}", tsync_common::batch::EVENTS)
+            } else {
+                format!("events not batched (Linux {release} cannot flush a CPU's batch)")
+            },
         );
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| {
             anyhow::Error::new(e).context("the kernel refused tsync's eBPF maps or programs")
@@ -147,15 +165,30 @@ impl Capture {
             prog.load(hook, &aya_btf)
                 .with_context(|| format!("the kernel refused the {hook} program"))?;
         }
+        let flush_fd = if batching == 1 {
+            let prog: &mut RawTracePoint = ebpf
+                .program_mut(FLUSH_PROGRAM)
+                .with_context(|| format!("program {FLUSH_PROGRAM} missing from the eBPF object"))?
+                .try_into()?;
+            prog.load()
+                .with_context(|| format!("the kernel refused the {FLUSH_PROGRAM} program"))?;
+            Some(prog.fd()?.as_fd().as_raw_fd())
+        } else {
+            None
+        };
         before_attach()?;
         let mut program_fds = [0; 2];
+        let mut links = Vec::new();
         for (fd, hook) in program_fds.iter_mut().zip(PROGRAMS) {
             let prog: &mut BtfTracePoint = ebpf
                 .program_mut(hook)
                 .with_context(|| format!("program {hook} missing from the eBPF object"))?
                 .try_into()?;
-            prog.attach()
-                .with_context(|| format!("cannot attach to tracepoint net:{hook}"))?;
+            links.push((
+                hook,
+                prog.attach()
+                    .with_context(|| format!("cannot attach to tracepoint net:{hook}"))?,
+            ));
             *fd = prog.fd()?.as_fd().as_raw_fd();
             log::info!(
                 "attached {hook} to tracepoint net:{hook} (program id {})",
@@ -170,13 +203,40 @@ impl Capture {
             ebpf.take_map(LOST_MAP)
                 .with_context(|| format!("no {LOST_MAP} map"))?,
         )?;
+        let batches = match flush_fd {
+            Some(fd) => Some(Batches::new(
+                PerCpuArray::try_from(
+                    ebpf.take_map(PENDING_MAP)
+                        .with_context(|| format!("no {PENDING_MAP} map"))?,
+                )?,
+                fd,
+            )),
+            None => None,
+        };
         Ok(Self {
-            _ebpf: ebpf,
+            ebpf,
+            links,
             events,
+            batches,
             lost,
             logger,
             program_fds,
         })
+    }
+
+    /// Detaches the hooks (at the end of a recording): no event comes after this, and the batches
+    /// can be written out for good. The programs and maps stay until the capture is dropped.
+    pub fn detach(&mut self) -> Result<()> {
+        for (hook, link) in self.links.drain(..) {
+            let prog: &mut BtfTracePoint = self
+                .ebpf
+                .program_mut(hook)
+                .with_context(|| format!("program {hook} missing from the eBPF object"))?
+                .try_into()?;
+            prog.detach(link)
+                .with_context(|| format!("cannot detach from tracepoint net:{hook}"))?;
+        }
+        Ok(())
     }
 
     /// The programs' log, for the recorder to poll (once; None if it could not be opened).

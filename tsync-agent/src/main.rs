@@ -5,6 +5,7 @@
 //! programs (send and receive hooks), drains their ring buffer into the file until SIGINT/SIGTERM
 //! or the duration ends, then prints a summary.
 //! `tsync-agent check [-o DIR]` tells whether this node can record, one line per precondition.
+mod batches;
 mod btf;
 mod check;
 mod clock;

@@ -25,6 +25,14 @@ pub fn kernel_release() -> String {
     read_line("/proc/sys/kernel/osrelease")
 }
 
+/// The major and minor version of a kernel release (`6.1.0-28-amd64` → (6, 1)).
+pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??))
+}
+
 /// The current clocksource (`tsc`, `kvm-clock`, …).
 pub fn clocksource() -> String {
     read_line("/sys/devices/system/clocksource/clocksource0/current_clocksource")

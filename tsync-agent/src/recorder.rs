@@ -17,10 +17,7 @@ use tokio::{
     signal::unix::{SignalKind, signal},
     time::{MissedTickBehavior, interval},
 };
-use tsync_common::{
-    EVENT_SIZE,
-    format::{ClockSkew, Header, LostCounts, TraceWriter},
-};
+use tsync_common::format::{ClockSkew, Header, LostCounts, TraceWriter};
 
 use crate::{
     clock, console,
@@ -75,18 +72,37 @@ impl Sink {
 }
 
 /// Copies every event currently in the ring buffer into the reorder buffer. Returns true if the
-/// ring was drained empty (false if it stopped at `max` events to let other work run).
+/// ring was drained empty (false if it stopped after `max` records to let other work run).
+///
+/// A record is one event or a CPU's batch of them (`tsync_common::batch`), in time order.
 fn drain(capture: &mut Capture, reorder: &mut Reorder, max: usize) -> bool {
     for _ in 0..max {
         let Some(item) = capture.events.next() else {
             return true;
         };
-        if item.len() >= EVENT_SIZE {
-            // The ring buffer only guarantees 8-byte alignment of entries; copy, do not cast.
-            reorder.push(bytemuck::pod_read_unaligned(&item[..EVENT_SIZE]));
-        }
+        reorder.push_record(&item);
     }
     false
+}
+
+/// Drains the ring buffer and hands over what can be written: first, with `flush`, has the
+/// batches of quiet CPUs written into the ring (see [`crate::batches`]). Returns true if the ring
+/// was drained empty.
+fn drain_and_release(
+    capture: &mut Capture,
+    sink: &mut Sink,
+    max: usize,
+    flush: bool,
+) -> Result<bool> {
+    let now = clock::monotonic_ns();
+    let held = match &capture.batches {
+        Some(batches) if flush => batches.flush_stale(now)?.oldest_ns,
+        Some(batches) => batches.held()?.oldest_ns,
+        None => u64::MAX,
+    };
+    let empty = drain(capture, &mut sink.reorder, max);
+    sink.release(cutoff(empty, now, held, &sink.reorder))?;
+    Ok(empty)
 }
 
 /// Waits until the programs' log has records (forever when there is no log).
@@ -163,19 +179,15 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
             () = &mut deadline, if limited => break,
             guard = ring.readable() => {
                 let mut guard = guard.context("cannot poll the ring buffer")?;
-                let empty = drain(&mut capture, &mut sink.reorder, batch_max);
-                if empty {
+                if drain_and_release(&mut capture, &mut sink, batch_max, false)? {
                     guard.clear_ready();
                 }
-                sink.release(cutoff(empty, &sink.reorder))?;
             }
             _ = drains.tick() => {
-                let empty = drain(&mut capture, &mut sink.reorder, batch_max);
-                sink.release(cutoff(empty, &sink.reorder))?;
+                drain_and_release(&mut capture, &mut sink, batch_max, true)?;
             }
             _ = flushes.tick() => {
-                let empty = drain(&mut capture, &mut sink.reorder, usize::MAX);
-                sink.release(cutoff(empty, &sink.reorder))?;
+                drain_and_release(&mut capture, &mut sink, usize::MAX, true)?;
                 sink.output.flush(sampler.take(), capture.lost()?)?;
             }
             guard = log_ready(&mut ebpf_log) => {
@@ -190,9 +202,19 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
         }
     }
 
-    // Stop: take what is left in the ring, hand everything over, detach the programs, and wait
-    // for the writer to close the file with its footer.
+    // Stop: detach the hooks, have the batches written, take what is left in the ring, hand
+    // everything over, free the programs, and wait for the writer to close the file with its
+    // footer.
     drop(ring);
+    capture.detach()?;
+    if let Some(batches) = &capture.batches {
+        let left = batches.flush_all()?;
+        if !left.is_empty() {
+            log::warn!(
+                "the batches of events of CPU {left:?} could not be written: a program still                  running there held them"
+            );
+        }
+    }
     drain(&mut capture, &mut sink.reorder, usize::MAX);
     if let Some(ebpf_log) = &mut ebpf_log {
         ebpf_log.get_mut().flush();
@@ -218,12 +240,10 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
 }
 
 /// The newest raw timestamp that can be written now. After the ring was drained empty, every event
-/// stamped more than the window ago has been read; otherwise hold a window behind the newest read.
-fn cutoff(ring_empty: bool, reorder: &Reorder) -> u64 {
-    let base = if ring_empty {
-        clock::monotonic_ns()
-    } else {
-        reorder.newest()
-    };
-    base.saturating_sub(WINDOW_NS)
+/// stamped more than the window before `now` (taken before the drain) has been read, but for those
+/// still in a CPU's batch, the oldest of which is `held`; otherwise hold a window behind the newest
+/// read.
+fn cutoff(ring_empty: bool, now: u64, held: u64, reorder: &Reorder) -> u64 {
+    let base = if ring_empty { now } else { reorder.newest() };
+    base.min(held).saturating_sub(WINDOW_NS)
 }

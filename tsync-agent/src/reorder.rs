@@ -3,7 +3,7 @@
 //! bounded window and releasing them sorted lets the agent write a time-sorted file.
 use std::collections::VecDeque;
 
-use tsync_common::PacketEvent;
+use tsync_common::{EVENT_SIZE, PacketEvent};
 
 /// How long an event is held back before it is written (ns). Far above the hooks' run time, far
 /// below anything a user would notice.
@@ -22,6 +22,10 @@ pub struct Reorder {
     late: u64,
     /// Newest timestamp seen.
     newest: u64,
+    /// Scratch for [`push_run`](Self::push_run): the pending events a run is merged with.
+    tail: Vec<PacketEvent>,
+    /// Scratch for [`push_record`](Self::push_record): a record's events.
+    run: Vec<PacketEvent>,
 }
 
 impl Reorder {
@@ -49,6 +53,70 @@ impl Reorder {
             }
             _ => self.pending.push_back(ev),
         }
+    }
+
+    /// Takes one ring-buffer record: an event, or a CPU's batch of them (`tsync_common::batch`).
+    /// The ring buffer only guarantees 8-byte alignment of records: the events are copied, not
+    /// cast.
+    pub fn push_record(&mut self, record: &[u8]) {
+        if record.len() == EVENT_SIZE {
+            self.push(bytemuck::pod_read_unaligned(record));
+            return;
+        }
+        let mut run = std::mem::take(&mut self.run);
+        run.clear();
+        run.extend(
+            record
+                .chunks_exact(EVENT_SIZE)
+                .map(bytemuck::pod_read_unaligned::<PacketEvent>),
+        );
+        self.push_run(&run);
+        self.run = run;
+    }
+
+    /// Takes a run of events from the ring buffer (one CPU's batch), in place as [`push`] puts
+    /// each: the run is in time order, and so merged with the pending events stamped after its
+    /// first in one pass. Batches of two CPUs interleave in time, and inserting a batch's events
+    /// one by one moved each of those pending events once per event of the batch.
+    ///
+    /// [`push`]: Self::push
+    pub fn push_run(&mut self, run: &[PacketEvent]) {
+        let (Some(first), Some(last)) = (run.first(), run.last()) else {
+            return;
+        };
+        // A hook interrupted between reading the clock and appending its event can leave a run
+        // out of order (the interrupting hook's event went first): place such a run event by
+        // event.
+        if !run.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns) {
+            run.iter().for_each(|ev| self.push(*ev));
+            return;
+        }
+        self.newest = self.newest.max(last.ts_ns);
+        self.late += run
+            .iter()
+            .take_while(|ev| ev.ts_ns < self.released_upto)
+            .count() as u64;
+        let at = match self.pending.back() {
+            Some(back) if first.ts_ns < back.ts_ns => {
+                self.pending.partition_point(|e| e.ts_ns <= first.ts_ns)
+            }
+            _ => {
+                self.pending.extend(run.iter().copied());
+                return;
+            }
+        };
+        self.tail.clear();
+        self.tail.extend(self.pending.drain(at..));
+        // Merge: a pending event goes first when stamped at or before the run's (it arrived
+        // first).
+        let mut tail = self.tail.iter().peekable();
+        for ev in run {
+            while let Some(t) = tail.next_if(|t| t.ts_ns <= ev.ts_ns) {
+                self.pending.push_back(*t);
+            }
+            self.pending.push_back(*ev);
+        }
+        self.pending.extend(tail.copied());
     }
 
     /// Hands every pending event with `ts_ns <= cutoff` to `out`, oldest first, in at most two
@@ -177,6 +245,46 @@ mod tests {
         let key = |v: &[PacketEvent]| v.iter().map(|e| (e.ts_ns, e.cpu)).collect::<Vec<_>>();
         assert_eq!(r.late(), 0);
         assert_eq!(key(&out), key(&expected));
+    }
+
+    /// Runs (sorted, interleaving in time, one unsorted, some late) give what event-by-event
+    /// pushes give.
+    #[test]
+    fn a_run_goes_where_its_events_would() {
+        let runs: [&[u64]; 6] = [
+            &[10, 20, 30, 40],
+            &[15, 25, 26, 50],
+            &[5, 45],
+            &[60, 55, 70],
+            &[70, 70, 80],
+            &[],
+        ];
+        let (mut by_run, mut by_event) = (Reorder::new(), Reorder::new());
+        let (mut out_run, mut out_event) = (Vec::new(), Vec::new());
+        for (i, run) in runs.iter().enumerate() {
+            let run: Vec<PacketEvent> = run
+                .iter()
+                .enumerate()
+                .map(|(j, &t)| PacketEvent {
+                    cpu: (10 * i + j) as u16,
+                    ..ev(t)
+                })
+                .collect();
+            by_run.push_run(&run);
+            run.iter().for_each(|e| by_event.push(*e));
+            if i == 2 {
+                release(&mut by_run, 12, &mut out_run);
+                release(&mut by_event, 12, &mut out_event);
+            }
+        }
+        release(&mut by_run, u64::MAX, &mut out_run);
+        release(&mut by_event, u64::MAX, &mut out_event);
+        let key = |v: &[PacketEvent]| v.iter().map(|e| (e.ts_ns, e.cpu)).collect::<Vec<_>>();
+        assert_eq!(key(&out_run), key(&out_event));
+        assert_eq!(
+            (by_run.late(), by_run.newest()),
+            (by_event.late(), by_event.newest())
+        );
     }
 
     #[test]

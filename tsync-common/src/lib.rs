@@ -51,6 +51,9 @@ pub mod names {
     pub const RECV_PROGRAM: &str = "netif_receive_skb";
     /// Both programs, indexed by [`direction`](crate::direction).
     pub const PROGRAMS: [&str; 2] = [SEND_PROGRAM, RECV_PROGRAM];
+    /// The program that writes out one CPU's batch of events ([`batch`](crate::batch)), run by
+    /// the agent on that CPU, never attached.
+    pub const FLUSH_PROGRAM: &str = "tsync_flush";
 
     /// Ring buffer of [`PacketEvent`](crate::PacketEvent)s.
     pub const EVENTS_MAP: &str = "EVENTS";
@@ -60,8 +63,19 @@ pub mod names {
     pub const NOTICES_MAP: &str = "NOTICES";
     /// aya-log's ring buffer of log records (declared by `aya-log-ebpf`).
     pub const LOG_MAP: &str = "AYA_LOGS";
+    /// Per-CPU batches of events not yet in the ring buffer ([`batch`](crate::batch)).
+    pub const BATCHES_MAP: &str = "BATCHES";
+    /// Per CPU, the timestamp of the oldest event in its batch, 0 when empty.
+    pub const PENDING_MAP: &str = "PENDING";
     /// Every map of the object.
-    pub const MAPS: [&str; 4] = [EVENTS_MAP, LOST_MAP, NOTICES_MAP, LOG_MAP];
+    pub const MAPS: [&str; 6] = [
+        EVENTS_MAP,
+        LOST_MAP,
+        NOTICES_MAP,
+        LOG_MAP,
+        BATCHES_MAP,
+        PENDING_MAP,
+    ];
 
     /// `log` target of the programs' messages (`RUST_LOG=tsync_ebpf=info`).
     pub const LOG_TARGET: &str = "tsync_ebpf";
@@ -79,10 +93,12 @@ pub mod names {
         pub const NET_NS_INUM: &str = "NET_NS_INUM";
         pub const NETNS_INUM: &str = "NETNS_INUM";
         pub const WAKEUP_BYTES: &str = "WAKEUP_BYTES";
+        /// 1 when the programs batch events per CPU ([`batch`](crate::batch)).
+        pub const BATCHING: &str = "BATCHING";
         /// aya-log's level filter (declared by `aya-log-ebpf`).
         pub const LOG_LEVEL: &str = "AYA_LOG_LEVEL";
         /// Every global of the object.
-        pub const ALL: [&str; 11] = [
+        pub const ALL: [&str; 12] = [
             SKB_DEV,
             SKB_PROTOCOL,
             SKB_NETWORK_HEADER,
@@ -93,6 +109,7 @@ pub mod names {
             NET_NS_INUM,
             NETNS_INUM,
             WAKEUP_BYTES,
+            BATCHING,
             LOG_LEVEL,
         ];
     }
@@ -108,6 +125,22 @@ pub mod names {
         /// Number of kinds.
         pub const COUNT: u32 = 3;
     }
+}
+
+/// The programs' per-CPU batches of events: a hook appends its event to its CPU's batch, and the
+/// event that fills it writes the batch into the ring buffer as one record of `count ×`
+/// [`EVENT_SIZE`] bytes (a ring-buffer write costs more than the rest of the hook). A quiet CPU's
+/// partial batch is written when the agent runs the flush program ([`names::FLUSH_PROGRAM`]) on
+/// that CPU.
+pub mod batch {
+    /// Events per batch.
+    pub const EVENTS: usize = 32;
+    /// The flush program's return value when it interrupted a program working on the batch: the
+    /// batch is left for a later flush.
+    pub const FLUSH_BUSY: u32 = 1;
+    /// The oldest kernel whose `BPF_PROG_TEST_RUN` runs a program on a chosen CPU
+    /// (`BPF_F_TEST_RUN_ON_CPU`): older ones record without batches.
+    pub const MIN_KERNEL: (u32, u32) = (5, 10);
 }
 
 /// TCP flag bits as they stand in byte 13 of the TCP header (`tcp_flags`).

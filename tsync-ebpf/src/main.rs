@@ -3,9 +3,11 @@
 //! (`tp_btf`), so the `struct sk_buff *` arrives directly as argument 0 and every interface —
 //! including ones created while recording — is covered.
 //!
-//! Per IPv4/TCP, IPv6/TCP and IPv4/UDP packet the programs write one [`PacketEvent`] (a header
-//! digest, never payload beyond UDP's first 8 bytes) into the `EVENTS` ring buffer. A failed
-//! reservation is counted per CPU and direction in `LOST`, so losses are never silent.
+//! Per IPv4/TCP, IPv6/TCP and IPv4/UDP packet the programs build one [`PacketEvent`] (a header
+//! digest, never payload beyond UDP's first 8 bytes) and append it to their CPU's batch, which
+//! goes into the `EVENTS` ring buffer as one record when full ([`batch`]; a third program,
+//! `tsync_flush`, writes a quiet CPU's batch when the agent asks). A failed write is counted per
+//! CPU and direction in `LOST`, so losses are never silent.
 //!
 //! Rare conditions — headers that could not be copied, an IP packet without a network header
 //! offset or whose network header is not the IP header its EtherType announces — are logged with
@@ -25,8 +27,8 @@
 //!
 //! The per-packet path is kept short (about 120 instructions for a recorded TCP/IPv4 packet, from
 //! 430): one copy of the headers into an 8-aligned buffer, so that every field is one load of its
-//! width; the event built as ten 8-byte words and stored with ten stores; no ring buffer query
-//! unless the agent asked for wakeups. `cargo xtask bench capture` measures what it costs.
+//! width; the event built as ten 8-byte words and stored with ten stores into the batch; one
+//! ring-buffer write per 32 events; no ring buffer query unless the agent asked for wakeups. `cargo xtask bench capture` measures what it costs.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 // On the host this crate is only type-checked (clippy); the programs run on the BPF target.
@@ -40,6 +42,8 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use aya_log_ebpf::info;
+
+mod batch;
 use tsync_common::{
     ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP, PacketEvent, direction, kind,
     names::{LOG_TARGET, notice},
@@ -139,7 +143,7 @@ fn record(ctx: &BtfTracePointContext, dir: u8) {
         Digest::Event(ev) => ev,
         Digest::NotOurs => return,
         Digest::Unreadable { dev } => {
-            count_lost(dir);
+            count_lost(dir, 1);
             if dir == direction::SEND {
                 log_unreadable::<true>(ctx, dev);
             } else {
@@ -168,20 +172,7 @@ fn record(ctx: &BtfTracePointContext, dir: u8) {
             return;
         }
     };
-    match EVENTS.reserve::<PacketEvent>(0) {
-        Some(mut entry) => {
-            // Ten 8-byte stores into the reserved record (it is 8-aligned).
-            let at = entry.as_mut_ptr().cast::<u64>();
-            let mut i = 0;
-            while i < EVENT_WORDS {
-                // SAFETY: the reserved record is EVENT_WORDS words long.
-                unsafe { at.add(i).write(ev.0[i]) };
-                i += 1;
-            }
-            entry.submit(wakeup_flag());
-        }
-        None => count_lost(dir),
-    }
+    batch::submit(&ev, dir);
 }
 
 // The log statements live in functions of their own (BPF-to-BPF calls, on rare paths only), one
@@ -255,10 +246,10 @@ fn log_not_ip<const SEND: bool>(
 /// Counts a packet that should have been recorded but was not (ring buffer full, or its headers
 /// could not be copied): lost events are never silent.
 #[inline(always)]
-fn count_lost(dir: u8) {
+fn count_lost(dir: u8, events: u64) {
     if let Some(count) = LOST.get_ptr_mut(u32::from(dir)) {
-        // SAFETY: per-CPU slot, only this CPU's program touches it while it runs.
-        unsafe { *count += 1 };
+        // SAFETY: per-CPU slot, only this CPU's programs touch it.
+        unsafe { *count += events };
     }
 }
 
@@ -345,18 +336,19 @@ impl Headers {
     }
 }
 
-/// Submit flag: wake the agent only for the record that makes the waiting data cross
-/// `WAKEUP_BYTES` (records racing on other CPUs may step over it; the agent's timer covers that).
-/// With `WAKEUP_BYTES` 0 (the agent's choice for rings its timer drains in time) there is no
-/// wakeup, and the verifier drops the query as dead code.
+/// Submit flag for a record of `bytes`: wake the agent only for the record that makes the waiting
+/// data cross `WAKEUP_BYTES` (records racing on other CPUs may step over it; the agent's timer
+/// covers that). With `WAKEUP_BYTES` 0 (the agent's choice for rings its timer drains in time)
+/// there is no wakeup, and the verifier drops the query as dead code.
 #[inline(always)]
-fn wakeup_flag() -> u64 {
+fn wakeup_flag(bytes: usize) -> u64 {
     let threshold = global(&WAKEUP_BYTES) as u64;
     if threshold == 0 {
         return BPF_RB_NO_WAKEUP.into();
     }
     let waiting = EVENTS.query(BPF_RB_AVAIL_DATA.into());
-    let record = (core::mem::size_of::<PacketEvent>() + 8) as u64;
+    // The record and its 8-byte header.
+    let record = (bytes + 8) as u64;
     if waiting >= threshold && waiting < threshold + record {
         BPF_RB_FORCE_WAKEUP.into()
     } else {

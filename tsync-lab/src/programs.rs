@@ -8,7 +8,7 @@ use std::{
 };
 
 use anyhow::{Result, bail};
-use tsync_common::names::PROGRAMS;
+use tsync_common::names::{FLUSH_PROGRAM, PROGRAMS};
 
 /// A loaded program's identity and, when `kernel.bpf_stats_enabled` is on, its statistics.
 pub struct Program {
@@ -18,13 +18,19 @@ pub struct Program {
     pub run_cnt: u64,
 }
 
-/// Loaded tracing programs named like tsync's hooks (every agent's, also other processes').
+/// Loaded programs named like tsync's: the hooks (tracing programs) and the batch flush (a raw
+/// tracepoint program the agent runs itself); every agent's, also other processes'.
 pub fn programs() -> Result<Vec<Program>> {
     Ok(loaded()?
         .into_iter()
-        .filter(|p| p.prog_type == sys::PROG_TYPE_TRACING)
         .filter_map(|p| {
-            let name = PROGRAMS.into_iter().find(|n| kernel_name(n) == p.name)?;
+            let name = match p.prog_type {
+                sys::PROG_TYPE_TRACING => PROGRAMS.into_iter().find(|n| kernel_name(n) == p.name),
+                sys::PROG_TYPE_RAW_TRACEPOINT => {
+                    Some(FLUSH_PROGRAM).filter(|n| kernel_name(n) == p.name)
+                }
+                _ => None,
+            }?;
             Some((p, name))
         })
         .map(|(p, name)| Program {
@@ -76,6 +82,7 @@ mod sys {
     const PROG_GET_FD_BY_ID: libc::c_long = 13;
     const OBJ_GET_INFO_BY_FD: libc::c_long = 15;
     pub const PROG_TYPE_TRACING: u32 = 26;
+    pub const PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
     pub const OBJ_NAME_LEN: usize = 16;
 
     /// `bpf_prog_info` up to `run_cnt` (232 bytes in 6.x; offsets from the uapi header).

@@ -213,7 +213,11 @@ fn captures_matching_digests_in_each_namespace_and_detaches() {
         .iter()
         .flat_map(|a| a.program_ids().unwrap())
         .collect();
-    assert_eq!(ours.len(), 4, "each agent attaches 2 programs: {ours:?}");
+    assert_eq!(
+        ours.len(),
+        6,
+        "each agent loads 3 programs (2 hooks, 1 batch flush): {ours:?}"
+    );
     assert!(ours.is_subset(&program_ids().unwrap()), "{ours:?}");
 
     // Traffic: TCP over IPv4 and IPv6, UDP over IPv4, and host-namespace traffic that neither
@@ -876,7 +880,7 @@ fn killed_agent_leaves_a_readable_file_and_nothing_attached() {
     let file = dir.path().join("killed.trace");
     let agent = start(Some(&link.ns[0]), &file, &[]);
     let ours = agent.program_ids().unwrap();
-    assert_eq!(ours.len(), 2, "{ours:?}");
+    assert_eq!(ours.len(), 3, "2 hooks and the batch flush: {ours:?}");
     tcp_exchange(&link, format!("{}:5562", V4[0]).parse().unwrap(), 500, 500);
     // The agent flushes every 0.5 s: wait for one flush, then kill it without warning.
     thread::sleep(Duration::from_millis(1200));

@@ -10,6 +10,23 @@ fn old_kernels_fail_and_new_ones_pass() {
 }
 
 #[test]
+fn the_kernel_line_says_whether_events_are_batched() {
+    assert!(
+        kernel_line("5.10.0-28-amd64")
+            .detail
+            .ends_with("; events batched per CPU)")
+    );
+    let old = kernel_line("5.9.16");
+    assert_eq!(old.status, Status::Ok);
+    assert!(
+        old.detail
+            .contains("before 5.10 each event is written on its own"),
+        "{}",
+        old.detail
+    );
+}
+
+#[test]
 fn ntp_words_tell_sync_and_slew() {
     // Synchronized, nanosecond offsets, slewing 250 µs at +12.5 ppm.
     let s = describe_ntp(0, STA_NANO, 250_000, 12 * 65536 + 32768);
