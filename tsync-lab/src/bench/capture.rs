@@ -59,16 +59,29 @@ pub struct CaptureOptions {
 struct Scenario {
     name: &'static str,
     iperf_args: &'static [&'static str],
+    /// iperf3 clients at once, each with a server of its own; with more than one, client k is
+    /// pinned to CPU k (iperf3 before 3.16 runs one thread, which alone cannot offer the agent
+    /// 1 M events/s on this class of machine).
+    streams: u32,
 }
+
+const UDP_64: &[&str] = &["-u", "-b", "0", "-l", "64"];
 
 const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "TCP (iperf3 default)",
         iperf_args: &[],
+        streams: 1,
     },
     Scenario {
         name: "UDP 64-byte datagrams",
-        iperf_args: &["-u", "-b", "0", "-l", "64"],
+        iperf_args: UDP_64,
+        streams: 1,
+    },
+    Scenario {
+        name: "UDP 64-byte datagrams, 2 clients (one per CPU)",
+        iperf_args: UDP_64,
+        streams: 2,
     },
 ];
 
@@ -425,6 +438,7 @@ impl CaptureOptions {
         let scenario = Scenario {
             name: "TCP, output stalling",
             iperf_args: &[],
+            streams: 1,
         };
         let mut runs = Vec::new();
         for &(bin, which) in binaries {
@@ -496,39 +510,81 @@ struct IperfRun {
     after: (u64, u64),
 }
 
-/// Runs an iperf3 server in namespace 0 and a client in namespace 1 for `seconds`.
+/// Runs the scenario's iperf3 servers in namespace 0 and its clients in namespace 1 for `seconds`.
 fn iperf(link: &VethPair, scenario: &Scenario, seconds: u32) -> Result<IperfRun> {
-    let mut server = link.ns[0]
-        .command("iperf3")
-        .args(["-s", "-1", "-p", "5201"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("cannot start iperf3 (cargo xtask setup installs it)")?;
+    let ports: Vec<String> = (0..scenario.streams)
+        .map(|k| (5201 + k).to_string())
+        .collect();
+    let mut servers = Vec::new();
+    for port in &ports {
+        servers.push(
+            link.ns[0]
+                .command("iperf3")
+                .args(["-s", "-1", "-p", port])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("cannot start iperf3 (cargo xtask setup installs it)")?,
+        );
+    }
     thread::sleep(Duration::from_millis(500));
     let before = link.counters()?;
     let started = Instant::now();
-    let client = link.ns[1]
-        .command("iperf3")
-        .args(["-c", ADDR[0], "-p", "5201"])
-        .args(["-t", &seconds.to_string()])
-        .args(scenario.iperf_args)
-        .output()
-        .context("cannot run the iperf3 client")?;
+    let mut clients = Vec::new();
+    for (k, port) in ports.iter().enumerate() {
+        let mut cmd = link.ns[1].command("iperf3");
+        cmd.args(["-c", ADDR[0], "-p", port])
+            .args(["-t", &seconds.to_string()])
+            .args(scenario.iperf_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if scenario.streams > 1 {
+            pin_to_cpu(&mut cmd, k);
+        }
+        clients.push(cmd.spawn().context("cannot run the iperf3 client")?);
+    }
+    let outputs: Vec<_> = clients
+        .into_iter()
+        .map(|c| c.wait_with_output().context("cannot run the iperf3 client"))
+        .collect::<Result<_>>()?;
     let seconds = started.elapsed().as_secs_f64();
     let after = link.counters()?;
-    let _ = server.wait();
-    if !client.status.success() {
-        bail!(
-            "iperf3 client failed: {}",
-            String::from_utf8_lossy(&client.stderr)
-        );
+    for mut server in servers {
+        let _ = server.wait();
+    }
+    for client in outputs {
+        if !client.status.success() {
+            bail!(
+                "iperf3 client failed: {}",
+                String::from_utf8_lossy(&client.stderr)
+            );
+        }
     }
     Ok(IperfRun {
         seconds,
         before,
         after,
     })
+}
+
+/// Runs the command on CPU `k` modulo the CPUs there are (the affinity passes through `ip netns
+/// exec` to iperf3).
+fn pin_to_cpu(cmd: &mut std::process::Command, k: usize) {
+    use std::os::unix::process::CommandExt as _;
+    let cpus = thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu = k % cpus;
+    // SAFETY: sched_setaffinity on the child between fork and exec: async-signal-safe, no
+    // allocation (the set is built on the stack).
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// The lost counters of a trace's footer (0 lost to the disk for files before format 3).
