@@ -7,11 +7,11 @@
 //! batch has waited longer than [`STALE_NS`]: `BPF_PROG_TEST_RUN` with `BPF_F_TEST_RUN_ON_CPU`
 //! runs a program on a given CPU (by an inter-processor interrupt, or directly on the agent's
 //! own), the only way to reach a per-CPU value without racing the hooks that write it.
-use std::os::fd::RawFd;
+use std::{collections::BTreeSet, os::fd::RawFd};
 
 use anyhow::{Context as _, Result, bail};
 use aya::maps::{MapData, PerCpuArray};
-use tsync_common::batch;
+use tsync_common::batch::{self, Batch};
 
 /// A batch older than this is written out by the agent (ns). Busy CPUs fill theirs much sooner;
 /// this bounds how long a quiet CPU's events wait, well inside the reorder window.
@@ -23,8 +23,36 @@ const FINAL_RETRIES: u32 = 100;
 /// The batches' side of the loaded programs.
 pub struct Batches {
     pending: PerCpuArray<MapData, u64>,
+    batches: PerCpuArray<MapData, BatchValue>,
     /// The flush program (owned by the loaded object, which outlives this).
     flush_fd: RawFd,
+    /// CPUs found offline with a batch (told once; flushed again should they come back).
+    offline: BTreeSet<u32>,
+}
+
+/// A CPU's batch as aya reads it from the map.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct BatchValue(Batch);
+
+// SAFETY: `Batch` is plain old data (`bytemuck::Pod`): any bytes are a valid value.
+unsafe impl aya::Pod for BatchValue {}
+
+/// What running the flush program on a CPU did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flushed {
+    Written,
+    /// It interrupted a program working on the batch: try again later.
+    Busy,
+    /// The CPU is offline: nothing runs there, nothing can be written.
+    Offline,
+}
+
+/// Events the batches of offline CPUs held at the end: never written, so counted as lost.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stranded {
+    pub send: u64,
+    pub recv: u64,
 }
 
 /// What a flush of the stale batches left.
@@ -35,8 +63,17 @@ pub struct Held {
 }
 
 impl Batches {
-    pub fn new(pending: PerCpuArray<MapData, u64>, flush_fd: RawFd) -> Self {
-        Self { pending, flush_fd }
+    pub fn new(
+        pending: PerCpuArray<MapData, u64>,
+        batches: PerCpuArray<MapData, BatchValue>,
+        flush_fd: RawFd,
+    ) -> Self {
+        Self {
+            pending,
+            batches,
+            flush_fd,
+            offline: BTreeSet::new(),
+        }
     }
 
     /// Per CPU (index = CPU number), the oldest event its batch holds; 0 for an empty batch.
@@ -58,13 +95,16 @@ impl Batches {
 
     /// Writes out every batch whose oldest event is older than `now_ns - STALE_NS`, and returns
     /// the oldest event still held afterwards (batches that were busy, or too young).
-    pub fn flush_stale(&self, now_ns: u64) -> Result<Held> {
+    pub fn flush_stale(&mut self, now_ns: u64) -> Result<Held> {
         let mut oldest = u64::MAX;
         for (cpu, since) in self.pending()?.into_iter().enumerate() {
             if since == 0 {
                 continue;
             }
-            if since.saturating_add(STALE_NS) <= now_ns && self.flush(cpu as u32)? {
+            let stale = since.saturating_add(STALE_NS) <= now_ns;
+            // An offline CPU's batch waits for the CPU, not for us: it does not hold the
+            // others back.
+            if stale && self.flush(cpu as u32)? != Flushed::Busy {
                 continue;
             }
             oldest = oldest.min(since);
@@ -74,39 +114,71 @@ impl Batches {
 
     /// Writes out every batch (at the end of a recording, once the hooks are detached), retrying
     /// one that a hook still running was working on. Returns the CPUs whose batch could not be
-    /// written (offline, or busy all along).
-    pub fn flush_all(&self) -> Result<Vec<u32>> {
-        let mut left = Vec::new();
+    /// written because it stayed busy, and the events of offline CPUs' batches, which are lost.
+    pub fn flush_all(&mut self) -> Result<(Vec<u32>, Stranded)> {
+        let mut busy = Vec::new();
         for (cpu, since) in self.pending()?.into_iter().enumerate() {
             if since == 0 {
                 continue;
             }
             let cpu = cpu as u32;
-            let mut done = false;
+            let mut flushed = Flushed::Busy;
             for _ in 0..FINAL_RETRIES {
-                if self.flush(cpu)? {
-                    done = true;
+                flushed = self.flush(cpu)?;
+                if flushed != Flushed::Busy {
                     break;
                 }
                 std::thread::yield_now();
             }
-            if !done {
-                left.push(cpu);
+            if flushed == Flushed::Busy {
+                busy.push(cpu);
             }
         }
-        Ok(left)
+        Ok((busy, self.stranded()?))
     }
 
-    /// Runs the flush program on `cpu`: true if the batch was written (or the CPU went offline,
-    /// so that no program runs there to add to it), false if it was busy.
-    fn flush(&self, cpu: u32) -> Result<bool> {
+    /// The events held by the batches of CPUs that are offline now. Nothing runs on an offline
+    /// CPU, so its batch can be read from here without racing a program.
+    fn stranded(&self) -> Result<Stranded> {
+        let mut stranded = Stranded::default();
+        if self.offline.is_empty() {
+            return Ok(stranded);
+        }
+        let values = self
+            .batches
+            .get(&0, 0)
+            .context("cannot read the programs' per-CPU batches")?;
+        for &cpu in &self.offline {
+            let Some(BatchValue(b)) = values.get(cpu as usize) else {
+                continue;
+            };
+            let held = u64::from(b.count.min(batch::EVENTS as u32));
+            let sends = u64::from(b.sends).min(held);
+            stranded.send += sends;
+            stranded.recv += held - sends;
+        }
+        Ok(stranded)
+    }
+
+    /// Runs the flush program on `cpu`.
+    fn flush(&mut self, cpu: u32) -> Result<Flushed> {
         match test_run_on_cpu(self.flush_fd, cpu) {
-            Ok(retval) => Ok(retval != batch::FLUSH_BUSY),
+            Ok(retval) => {
+                self.offline.remove(&cpu);
+                Ok(if retval == batch::FLUSH_BUSY {
+                    Flushed::Busy
+                } else {
+                    Flushed::Written
+                })
+            }
             Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
-                log::warn!(
-                    "CPU {cpu} went offline holding a batch of events; they are not in the file"
-                );
-                Ok(true)
+                if self.offline.insert(cpu) {
+                    log::warn!(
+                        "CPU {cpu} went offline holding a batch of events: they will be written \
+                         if it comes back, and counted as lost otherwise"
+                    );
+                }
+                Ok(Flushed::Offline)
             }
             Err(e) => bail!(
                 "cannot run the flush program on CPU {cpu}: {e} (BPF_PROG_TEST_RUN on a given \

@@ -13,7 +13,7 @@ use aya::{
 use aya_log::EbpfLogger;
 use tsync_common::{
     format::LostCounts,
-    names::{EVENTS_MAP, FLUSH_PROGRAM, LOST_MAP, PENDING_MAP, PROGRAMS, global},
+    names::{BATCHES_MAP, EVENTS_MAP, FLUSH_PROGRAM, LOST_MAP, PENDING_MAP, PROGRAMS, global},
 };
 
 use crate::{
@@ -208,6 +208,10 @@ impl Capture {
                 PerCpuArray::try_from(
                     ebpf.take_map(PENDING_MAP)
                         .with_context(|| format!("no {PENDING_MAP} map"))?,
+                )?,
+                PerCpuArray::try_from(
+                    ebpf.take_map(BATCHES_MAP)
+                        .with_context(|| format!("no {BATCHES_MAP} map"))?,
                 )?,
                 fd,
             )),

@@ -20,6 +20,7 @@ use tokio::{
 use tsync_common::format::{ClockSkew, Header, LostCounts, TraceWriter};
 
 use crate::{
+    batches::Stranded,
     clock, console,
     loader::{Capture, Logger},
     output::{Output, write_error},
@@ -95,7 +96,7 @@ fn drain_and_release(
     flush: bool,
 ) -> Result<bool> {
     let now = clock::monotonic_ns();
-    let held = match &capture.batches {
+    let held = match &mut capture.batches {
         Some(batches) if flush => batches.flush_stale(now)?.oldest_ns,
         Some(batches) => batches.held()?.oldest_ns,
         None => u64::MAX,
@@ -207,22 +208,30 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
     // footer.
     drop(ring);
     capture.detach()?;
-    if let Some(batches) = &capture.batches {
-        let left = batches.flush_all()?;
-        if !left.is_empty() {
-            log::warn!(
-                "the batches of events of CPU {left:?} could not be written: a program still                  running there held them"
-            );
+    let stranded = match &mut capture.batches {
+        Some(batches) => {
+            let (busy, stranded) = batches.flush_all()?;
+            if !busy.is_empty() {
+                log::warn!(
+                    "the batches of events of CPU {busy:?} could not be written: a program \
+                     still running there held them"
+                );
+            }
+            stranded
         }
-    }
+        None => Stranded::default(),
+    };
     drain(&mut capture, &mut sink.reorder, usize::MAX);
     if let Some(ebpf_log) = &mut ebpf_log {
         ebpf_log.get_mut().flush();
     }
     sink.release_all()?;
-    let lost = capture.lost()?;
+    let mut lost = capture.lost()?;
+    // A batch left on a CPU that went offline was never written: lost in the kernel.
+    lost.send += stranded.send;
+    lost.recv += stranded.recv;
     let clock_records = sampler.stop();
-    drop(capture); // detach the programs before the (possibly slow) last writes
+    drop(capture); // free the programs and maps before the (possibly slow) last writes
     progress.finish();
     let end = clock::sample(sink.skew.as_ref());
     let late = sink.reorder.late();

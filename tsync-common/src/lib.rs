@@ -135,6 +135,26 @@ pub mod names {
 pub mod batch {
     /// Events per batch.
     pub const EVENTS: usize = 32;
+
+    /// One CPU's batch: the value of the per-CPU map `BATCHES`
+    /// ([`names::BATCHES_MAP`](crate::names::BATCHES_MAP)). Only that CPU's programs touch it;
+    /// the agent reads it only for a CPU that went offline, where nothing runs.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    #[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
+    pub struct Batch {
+        /// Events held, fewer than [`EVENTS`] between program runs.
+        pub count: u32,
+        /// Nonzero while a program on this CPU works on the batch.
+        pub busy: u32,
+        /// How many of the held events are sends: the lost counters are per direction.
+        pub sends: u32,
+        pub pad: u32,
+        /// The events, as the ring buffer receives them ([`PacketEvent`](crate::PacketEvent)s
+        /// as 8-byte words).
+        pub events: [[u64; crate::EVENT_SIZE / 8]; EVENTS],
+    }
+
     /// The flush program's return value when it interrupted a program working on the batch: the
     /// batch is left for a later flush.
     pub const FLUSH_BUSY: u32 = 1;

@@ -24,25 +24,15 @@ use aya_ebpf::{
     maps::PerCpuArray,
     programs::RawTracePointContext,
 };
-use tsync_common::{batch, direction};
+use tsync_common::{
+    batch::{self, Batch},
+    direction,
+};
 
 use crate::{EVENT_WORDS, EVENTS, Words, count_lost, global, wakeup_flag};
 
 /// Events per batch: 32 × 80 bytes = 2,560 bytes per CPU; 1/32 of a ring-buffer write per event.
 const BATCH_EVENTS: usize = batch::EVENTS;
-
-/// One CPU's batch.
-#[repr(C)]
-pub struct Batch {
-    /// Events held, fewer than [`BATCH_EVENTS`] between program runs.
-    count: u32,
-    /// Nonzero while a program on this CPU works on the batch.
-    busy: u32,
-    /// How many of the held events are sends: the lost counters are per direction.
-    sends: u32,
-    _pad: u32,
-    events: [[u64; EVENT_WORDS]; BATCH_EVENTS],
-}
 
 /// The batches, one per CPU.
 #[map]
