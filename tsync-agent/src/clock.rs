@@ -82,9 +82,11 @@ pub const CPU_COUNTER_NAME: &str = if cfg!(target_arch = "aarch64") {
 /// Tries per clock sample; the one with the tightest monotonic bracket is kept.
 pub const TRIES: usize = 3;
 
-/// Reads the clocks for one clock sample: CLOCK_MONOTONIC, CLOCK_MONOTONIC_RAW and
-/// CLOCK_MONOTONIC again in a tight sequence, so that the true CLOCK_MONOTONIC at the raw reading
-/// lies between the two monotonic readings; then the TSC and CLOCK_REALTIME beside them. Of
+/// Reads the clocks for one clock sample: CLOCK_MONOTONIC, CLOCK_MONOTONIC_RAW, CLOCK_REALTIME
+/// and CLOCK_MONOTONIC again in a tight sequence, so that the true CLOCK_MONOTONIC at the raw and
+/// at the realtime reading lies between the two monotonic readings; then the TSC beside them.
+/// (Realtime was read after the bracket before: an interrupt there — such as the flush of a
+/// quiet CPU's batch of events, `crate::batches` — delayed it unseen, by microseconds.) Of
 /// [`TRIES`] tries it keeps the one whose bracket is narrowest (a try the scheduler or an
 /// interrupt cut into is wide; one of three rarely is). Both monotonic readings get the same skew
 /// as the events, so the analyzer can relate event times to the raw, TSC and wall-clock
@@ -94,9 +96,9 @@ pub fn sample(skew: Option<&ClockSkew>) -> ClockSample {
     for _ in 0..TRIES {
         let before = read_clock(libc::CLOCK_MONOTONIC) as u64;
         let raw = read_clock(libc::CLOCK_MONOTONIC_RAW) as u64;
+        let real = realtime_ns();
         let after = read_clock(libc::CLOCK_MONOTONIC) as u64;
         let tsc = cpu_counter();
-        let real = realtime_ns();
         let s = ClockSample {
             monotonic_ns: before,
             monotonic_raw_ns: raw,

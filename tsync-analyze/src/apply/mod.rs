@@ -429,13 +429,14 @@ impl NodeMapper<'_> {
                 NodeClock::Monotonic => (lo, hi),
                 NodeClock::Realtime => {
                     let tb = self.timebase;
-                    let widen = tb.realtime[self.node as usize]
-                        .as_ref()
-                        .map_or(0, |c| c.half_bracket_ns)
-                        + tb.realtime[tb.reference(self.node) as usize]
+                    // Each side's realtime ↔ monotonic pairing: the bracket, and how far a
+                    // sample strayed from its neighbours.
+                    let pairing = |node: u32| {
+                        tb.realtime[node as usize]
                             .as_ref()
-                            .map_or(0, |c| c.half_bracket_ns)
-                        + 1;
+                            .map_or(0, |c| c.half_bracket_ns + c.pairing_error_ns)
+                    };
+                    let widen = pairing(self.node) + pairing(tb.reference(self.node)) + 1;
                     (self.back(lo) - widen, self.back(hi) + widen)
                 }
             }

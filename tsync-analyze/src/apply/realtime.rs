@@ -1,6 +1,6 @@
 //! CLOCK_REALTIME ↔ the node's recorded CLOCK_MONOTONIC, through the clock samples its agent
-//! wrote (every 20 ms, each a CLOCK_REALTIME reading taken just after a bracketed
-//! CLOCK_MONOTONIC pair).
+//! wrote (every 20 ms, each a CLOCK_REALTIME reading taken inside a bracketing CLOCK_MONOTONIC
+//! pair; just after it by agents before the per-CPU batches).
 //!
 //! Why samples and not one offset: most logs and spans are stamped with CLOCK_REALTIME, but the
 //! clock maps start from CLOCK_MONOTONIC. The kernel derives both from one timekeeper, so NTP's
@@ -72,6 +72,31 @@ fn interpolate(xs: &[i64], ys: &[i64], x: i64, hint: &mut usize) -> i64 {
     y0.saturating_add((x.saturating_sub(x0) as f64 * slope).round() as i64)
 }
 
+/// The largest distance of a sample's `realtime − monotonic` from the line through the two
+/// nearest other samples of the run (its neighbours; the next two at either end), rounded up; 0
+/// for runs of fewer than 3 samples.
+fn pairing_error(run: &Run) -> i64 {
+    let n = run.mono.len();
+    if n < 3 {
+        return 0;
+    }
+    // Differences in i64 first: realtime is ~1.7·10¹⁸, where an f64 steps by 256 ns.
+    let d = |i: usize| run.real[i].wrapping_sub(run.mono[i]);
+    (0..n)
+        .map(|i| {
+            let (a, b) = match i {
+                0 => (1, 2),
+                i if i == n - 1 => (n - 3, n - 2),
+                i => (i - 1, i + 1),
+            };
+            let (dx, dx_ab) = (run.mono[i] - run.mono[a], run.mono[b] - run.mono[a]);
+            let line = d(b).wrapping_sub(d(a)) as f64 * dx as f64 / dx_ab as f64;
+            (d(i).wrapping_sub(d(a)) as f64 - line).abs().ceil() as i64
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// A node's CLOCK_REALTIME against its recorded CLOCK_MONOTONIC.
 #[derive(Clone, Debug)]
 pub struct RealtimeClock {
@@ -79,6 +104,12 @@ pub struct RealtimeClock {
     /// Largest half bracket of the samples (ns): how far a sample's monotonic reading may be from
     /// the instant realtime was read, before the reading gap.
     pub half_bracket_ns: i64,
+    /// Largest distance (ns) of a sample's `realtime − monotonic` from the line through its
+    /// neighbours' (the relation is linear between steps): a realtime reading that an interrupt
+    /// delayed after the bracket shows here. Agents read realtime inside the bracket since the
+    /// programs batch their events (the flush of a quiet CPU's batch is an interrupt); files
+    /// of older agents read it just after, and this bounds what that costs.
+    pub pairing_error_ns: i64,
     /// Where realtime was stepped: (monotonic time of the last sample before, size of the step
     /// in ns: positive forward).
     pub steps: Vec<(i64, i64)>,
@@ -148,9 +179,11 @@ impl RealtimeClock {
             run.real.push(real);
             previous = Some((mono, real));
         }
+        let pairing_error_ns = runs.iter().map(pairing_error).max().unwrap_or(0);
         (!runs.is_empty()).then_some(RealtimeClock {
             runs,
             half_bracket_ns,
+            pairing_error_ns,
             steps,
         })
     }
@@ -293,6 +326,39 @@ mod tests {
         let (m, note) = c.to_monotonic(E + 10, &mut RealtimeCursor::default());
         assert_eq!(m, 10);
         assert!(note.outside);
+    }
+
+    /// A realtime reading delayed by 5 µs (an interrupt after the bracket, as older agents read
+    /// it) stands 5 µs off the line of its neighbours, which a skewed clock alone never does.
+    #[test]
+    fn a_delayed_realtime_reading_is_measured() {
+        let rec = |t: f64| (t * (1.0 + 100e-6) + 5e6).round() as u64;
+        let mut samples: Vec<_> = (0..100)
+            .map(|i| {
+                let t = 1e12 + i as f64 * 2e7;
+                sample(rec(t) - 20, E + t as i64)
+            })
+            .collect();
+        let clean = RealtimeClock::from_samples(&samples).unwrap();
+        assert!(clean.pairing_error_ns <= 1, "{}", clean.pairing_error_ns);
+        for i in [0, 40, 99] {
+            let mut glitched = samples.clone();
+            glitched[i].realtime_ns += 5_000;
+            let c = RealtimeClock::from_samples(&glitched).unwrap();
+            assert!(c.steps.is_empty());
+            assert!(
+                (4_999..=5_002).contains(&c.pairing_error_ns),
+                "sample {i}: {}",
+                c.pairing_error_ns
+            );
+        }
+        samples.truncate(2);
+        assert_eq!(
+            RealtimeClock::from_samples(&samples)
+                .unwrap()
+                .pairing_error_ns,
+            0
+        );
     }
 
     #[test]
