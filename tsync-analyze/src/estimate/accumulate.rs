@@ -41,11 +41,39 @@ impl PairState {
 pub struct PairAccumulator {
     /// Slot of pair (a, b) in `pairs`.
     index: PairTable<u32>,
+    /// The pair of the previous message and its slot.
+    last: LastPair,
     pub(super) pairs: Vec<PairState>,
     /// Converts message times to the estimation clocks.
     pub(super) timebases: Timebases,
     /// Whether any trace is converted (decided once: the per-message path then skips it).
     converting: bool,
+}
+
+/// The pair the previous message belonged to: consecutive messages mostly belong to the same
+/// pair (always with two traces, often with a few), and comparing one word costs less than the
+/// lookup in the pair table.
+#[derive(Clone, Copy, Debug)]
+struct LastPair {
+    /// `a << 32 | b`; `u64::MAX` (a = b, never a pair) when there is none yet.
+    key: u64,
+    slot: u32,
+}
+
+impl LastPair {
+    #[inline]
+    fn key(a: u32, b: u32) -> u64 {
+        u64::from(a) << 32 | u64::from(b)
+    }
+}
+
+impl Default for LastPair {
+    fn default() -> Self {
+        LastPair {
+            key: u64::MAX,
+            slot: 0,
+        }
+    }
 }
 
 impl PairAccumulator {
@@ -63,14 +91,19 @@ impl PairAccumulator {
         }
     }
 
+    /// The state of pair (a, b), a < b.
     #[inline]
     fn slot(&mut self, a: u32, b: u32) -> &mut PairState {
-        let pairs = &mut self.pairs;
-        let s = *self.index.get_or_insert_with(a, b, || {
-            pairs.push(PairState::new(a, b));
-            (pairs.len() - 1) as u32
-        });
-        &mut self.pairs[s as usize]
+        let key = LastPair::key(a, b);
+        if self.last.key != key {
+            let pairs = &mut self.pairs;
+            let s = *self.index.get_or_insert_with(a, b, || {
+                pairs.push(PairState::new(a, b));
+                (pairs.len() - 1) as u32
+            });
+            self.last = LastPair { key, slot: s };
+        }
+        &mut self.pairs[self.last.slot as usize]
     }
 
     /// Adds one message.
