@@ -92,18 +92,27 @@ impl PairAccumulator {
     }
 
     /// The state of pair (a, b), a < b.
-    #[inline]
+    #[inline(always)]
     fn slot(&mut self, a: u32, b: u32) -> &mut PairState {
         let key = LastPair::key(a, b);
         if self.last.key != key {
-            let pairs = &mut self.pairs;
-            let s = *self.index.get_or_insert_with(a, b, || {
-                pairs.push(PairState::new(a, b));
-                (pairs.len() - 1) as u32
-            });
-            self.last = LastPair { key, slot: s };
+            self.look_up(a, b);
         }
         &mut self.pairs[self.last.slot as usize]
+    }
+
+    /// Makes (a, b) the last pair: its slot, created if it has none.
+    #[inline(never)]
+    fn look_up(&mut self, a: u32, b: u32) {
+        let pairs = &mut self.pairs;
+        let s = *self.index.get_or_insert_with(a, b, || {
+            pairs.push(PairState::new(a, b));
+            (pairs.len() - 1) as u32
+        });
+        self.last = LastPair {
+            key: LastPair::key(a, b),
+            slot: s,
+        };
     }
 
     /// Adds one message.

@@ -101,6 +101,8 @@ struct Stream {
     shift: i64,
     /// Added to `shift` on the merge axis: the coarse alignment of this node's realtime clock.
     coarse: i64,
+    /// `shift + coarse` (saturating), what [`Stream::aligned`] adds: computed once per chunk.
+    offset: i64,
     last_ts: i64,
     out_of_order: u64,
     invalid: u64,
@@ -121,12 +123,13 @@ impl Stream {
         self.hashes.clear();
         self.hashes.extend(self.file.events().iter().map(key_hash));
         self.shift = self.file.latest_shift(self.shift);
+        self.offset = self.shift.saturating_add(self.coarse);
         Ok(more)
     }
 
     #[inline]
     fn aligned(&self, e: &PacketEvent) -> i64 {
-        (e.ts_ns as i64).saturating_add(self.shift.saturating_add(self.coarse))
+        (e.ts_ns as i64).saturating_add(self.offset)
     }
 }
 
@@ -271,6 +274,7 @@ impl Reader {
                 index: 0,
                 shift,
                 coarse: 0,
+                offset: shift,
                 last_ts: i64::MIN,
                 out_of_order: 0,
                 invalid: 0,
@@ -289,6 +293,7 @@ impl Reader {
             let alignment = crate::matching::alignment::estimate(&files, threads);
             for (st, c) in streams.iter_mut().zip(alignment.corrections_ns) {
                 st.coarse = c;
+                st.offset = st.shift.saturating_add(c);
             }
             warnings = alignment.warnings;
         }
