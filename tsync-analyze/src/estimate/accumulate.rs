@@ -116,7 +116,7 @@ impl PairAccumulator {
     }
 
     /// Adds one message.
-    #[inline]
+    #[inline(always)]
     pub fn add(&mut self, m: &Message) {
         let Message {
             send_ns, recv_ns, ..
@@ -170,7 +170,7 @@ impl PairAccumulator {
 }
 
 impl MessageSink for PairAccumulator {
-    #[inline]
+    #[inline(always)]
     fn message(&mut self, m: &MatchedMessage<'_>) {
         self.add(&m.message);
     }

@@ -125,7 +125,7 @@ impl<K: Copy + Default + KeyEq, V: Copy + Default> LiveKeys<K, V> {
     }
 
     /// Removes the oldest live entry (if any).
-    #[inline]
+    #[inline(always)]
     pub fn drop_front(&mut self) {
         if self.len == 0 {
             return;
