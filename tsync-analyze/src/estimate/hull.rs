@@ -150,7 +150,7 @@ impl HalfHull {
     }
 
     /// Adds a point.
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, p: Point) {
         self.points += 1;
         match self.vertices.last() {
