@@ -41,11 +41,39 @@ impl PairState {
 pub struct PairAccumulator {
     /// Slot of pair (a, b) in `pairs`.
     index: PairTable<u32>,
+    /// The pair of the previous message and its slot.
+    last: LastPair,
     pub(super) pairs: Vec<PairState>,
     /// Converts message times to the estimation clocks.
     pub(super) timebases: Timebases,
     /// Whether any trace is converted (decided once: the per-message path then skips it).
     converting: bool,
+}
+
+/// The pair the previous message belonged to: consecutive messages mostly belong to the same
+/// pair (always with two traces, often with a few), and comparing one word costs less than the
+/// lookup in the pair table.
+#[derive(Clone, Copy, Debug)]
+struct LastPair {
+    /// `a << 32 | b`; `u64::MAX` (a = b, never a pair) when there is none yet.
+    key: u64,
+    slot: u32,
+}
+
+impl LastPair {
+    #[inline]
+    fn key(a: u32, b: u32) -> u64 {
+        u64::from(a) << 32 | u64::from(b)
+    }
+}
+
+impl Default for LastPair {
+    fn default() -> Self {
+        LastPair {
+            key: u64::MAX,
+            slot: 0,
+        }
+    }
 }
 
 impl PairAccumulator {
@@ -63,18 +91,32 @@ impl PairAccumulator {
         }
     }
 
-    #[inline]
+    /// The state of pair (a, b), a < b.
+    #[inline(always)]
     fn slot(&mut self, a: u32, b: u32) -> &mut PairState {
+        let key = LastPair::key(a, b);
+        if self.last.key != key {
+            self.look_up(a, b);
+        }
+        &mut self.pairs[self.last.slot as usize]
+    }
+
+    /// Makes (a, b) the last pair: its slot, created if it has none.
+    #[inline(never)]
+    fn look_up(&mut self, a: u32, b: u32) {
         let pairs = &mut self.pairs;
         let s = *self.index.get_or_insert_with(a, b, || {
             pairs.push(PairState::new(a, b));
             (pairs.len() - 1) as u32
         });
-        &mut self.pairs[s as usize]
+        self.last = LastPair {
+            key: LastPair::key(a, b),
+            slot: s,
+        };
     }
 
     /// Adds one message.
-    #[inline]
+    #[inline(always)]
     pub fn add(&mut self, m: &Message) {
         let Message {
             send_ns, recv_ns, ..
@@ -128,7 +170,7 @@ impl PairAccumulator {
 }
 
 impl MessageSink for PairAccumulator {
-    #[inline]
+    #[inline(always)]
     fn message(&mut self, m: &MatchedMessage<'_>) {
         self.add(&m.message);
     }

@@ -59,11 +59,52 @@ pub fn cross(o: Point, a: Point, b: Point) -> i128 {
     ax * by - ay * bx
 }
 
+/// [`cross`] for points whose coordinates are all non-negative (times since a boot, the usual
+/// case): their differences cannot overflow i64, so no check is needed; the value is the same.
+#[inline(always)]
+fn cross_nonneg(o: Point, a: Point, b: Point) -> i128 {
+    debug_assert!([o, a, b].iter().all(|q| q.x >= 0 && q.y >= 0));
+    let (ax, ay) = (a.x - o.x, a.y - o.y);
+    let (bx, by) = (b.x - o.x, b.y - o.y);
+    ax as i128 * by as i128 - ay as i128 * bx as i128
+}
+
+/// Whether `p`'s coordinates are both non-negative.
+#[inline(always)]
+fn nonneg(p: Point) -> bool {
+    (p.x | p.y) >= 0
+}
+
+/// Pops the vertices that `p` makes non-convex (monotone chain), `orient` being [`cross`] or,
+/// where it gives the same, [`cross_nonneg`].
+#[inline(always)]
+fn chain(v: &mut Vec<Point>, p: Point, side: Side, orient: impl Fn(Point, Point, Point) -> i128) {
+    match side {
+        Side::Lower => {
+            while let [.., a, b] = v[..]
+                && orient(a, b, p) <= 0
+            {
+                v.pop();
+            }
+        }
+        Side::Upper => {
+            while let [.., a, b] = v[..]
+                && orient(a, b, p) >= 0
+            {
+                v.pop();
+            }
+        }
+    }
+}
+
 /// A half hull under construction.
 #[derive(Clone, Debug)]
 pub struct HalfHull {
     side: Side,
     vertices: Vec<Point>,
+    /// Every vertex has non-negative coordinates (false may be stale: it only selects the
+    /// orientation test, and both give the same value).
+    nonneg: bool,
     /// Points that arrived with an x smaller than the last vertex's.
     pending: Vec<Point>,
     points: u64,
@@ -75,6 +116,7 @@ impl HalfHull {
         HalfHull {
             side,
             vertices: Vec::new(),
+            nonneg: true,
             pending: Vec::new(),
             points: 0,
             out_of_order: 0,
@@ -86,6 +128,7 @@ impl HalfHull {
     pub fn from_vertices(side: Side, vertices: Vec<Point>, out_of_order: u64) -> Self {
         HalfHull {
             side,
+            nonneg: vertices.iter().all(|&q| nonneg(q)),
             points: vertices.len() as u64,
             vertices,
             pending: Vec::new(),
@@ -96,6 +139,7 @@ impl HalfHull {
     /// Empties the hull (its vectors keep their room).
     pub fn clear(&mut self) {
         self.vertices.clear();
+        self.nonneg = true;
         self.pending.clear();
         (self.points, self.out_of_order) = (0, 0);
     }
@@ -106,21 +150,26 @@ impl HalfHull {
     }
 
     /// Adds a point.
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, p: Point) {
         self.points += 1;
         match self.vertices.last() {
-            Some(last) if p.x < last.x => {
-                self.out_of_order += 1;
-                if self.dominated(p) {
-                    return;
-                }
-                self.pending.push(p);
-                if self.pending.len() >= 4096.max(2 * self.vertices.len()) {
-                    self.merge_pending();
-                }
-            }
+            Some(last) if p.x < last.x => self.push_out_of_order(p),
             _ => self.push_sorted(p),
+        }
+    }
+
+    /// [`push`](Self::push) of a point that came out of x order (rare: kept off the inline path).
+    #[cold]
+    #[inline(never)]
+    fn push_out_of_order(&mut self, p: Point) {
+        self.out_of_order += 1;
+        if self.dominated(p) {
+            return;
+        }
+        self.pending.push(p);
+        if self.pending.len() >= 4096.max(2 * self.vertices.len()) {
+            self.merge_pending();
         }
     }
 
@@ -145,7 +194,7 @@ impl HalfHull {
     }
 
     /// Monotone chain step for a point with x >= every vertex's x.
-    #[inline]
+    #[inline(always)]
     fn push_sorted(&mut self, p: Point) {
         let v = &mut self.vertices;
         if let Some(&last) = v.last()
@@ -161,17 +210,12 @@ impl HalfHull {
             }
             v.pop();
         }
-        match self.side {
-            Side::Lower => {
-                while v.len() >= 2 && cross(v[v.len() - 2], v[v.len() - 1], p) <= 0 {
-                    v.pop();
-                }
-            }
-            Side::Upper => {
-                while v.len() >= 2 && cross(v[v.len() - 2], v[v.len() - 1], p) >= 0 {
-                    v.pop();
-                }
-            }
+        let side = self.side;
+        if self.nonneg && nonneg(p) {
+            chain(v, p, side, cross_nonneg);
+        } else {
+            self.nonneg = false;
+            chain(v, p, side, cross);
         }
         v.push(p);
     }
@@ -188,6 +232,7 @@ impl HalfHull {
             Side::Upper => all.sort_unstable_by(|a, b| a.x.cmp(&b.x).then(b.y.cmp(&a.y))),
         }
         self.vertices = Vec::with_capacity(all.len().min(1024));
+        self.nonneg = true;
         for p in all {
             self.push_sorted(p);
         }

@@ -7,6 +7,7 @@ use crate::matching::keys::Seen;
 use crate::matching::live::KeyEq;
 
 /// The hash of `e`'s packet key (both ends of a packet hash alike): for sampling keys.
+#[inline]
 pub(crate) fn key_hash(e: &PacketEvent) -> u64 {
     Key::of(e).hash()
 }

@@ -112,47 +112,55 @@ impl Recordings {
 /// enough for the cache.
 pub(crate) struct KeyMatcher {
     live: LiveKeys<Key, Entry>,
+    /// No live key is due before this: the due time of the oldest one or earlier (`i64::MAX`
+    /// when none is live). Every event asks whether something is due, and almost always nothing
+    /// is: one comparison answers it, without looking at the oldest entry.
+    next_due: i64,
+    rules: Rules,
+    pub(super) stats: MatchStats,
+    pub(super) recordings: Recordings,
+}
+
+/// How keys are decided (fixed for the whole run): apart from the live keys, so that a key is
+/// decided where it lies in the table, without copying it out first.
+struct Rules {
     window: i64,
     /// Whether messages carry their event records (the sink wants them, or exchanges are formed).
     events_wanted: bool,
     /// Whether undecided TCP payload events go on to the range matcher.
     by_range: bool,
-    pub(super) stats: MatchStats,
-    pub(super) recordings: Recordings,
 }
 
 impl KeyMatcher {
     pub(super) fn new(window: i64, by_range: bool) -> Self {
         KeyMatcher {
             live: LiveKeys::with_capacity(1 << 12),
-            window: window.max(1),
-            events_wanted: true,
-            by_range,
+            next_due: i64::MAX,
+            rules: Rules {
+                window: window.max(1),
+                events_wanted: true,
+                by_range,
+            },
             stats: MatchStats::default(),
             recordings: Recordings::default(),
         }
     }
 
     pub(super) fn set_events_wanted(&mut self, wanted: bool) {
-        self.events_wanted = wanted;
+        self.rules.events_wanted = wanted;
     }
 
-    /// Hints that `e` will be passed to [`event`](Self::event) soon: starts loading the part of
-    /// the index it will probe, so that the probe does not wait for memory.
+    /// Hints that an event whose key hashes to `hash` will be passed to
+    /// [`event_hashed`](Self::event_hashed) soon: starts loading the part of the index it will
+    /// probe, so that the probe does not wait for memory.
     #[inline]
-    pub(super) fn prefetch(&self, e: &PacketEvent) {
-        self.prefetch_hashed(Key::of(e).hash());
-    }
-
-    /// [`prefetch`](Self::prefetch) of an event whose key hashes to `hash`.
-    #[inline]
-    pub(super) fn prefetch_hashed(&self, hash: u64) {
+    pub(super) fn prefetch(&self, hash: u64) {
         self.live.prefetch_home(hash);
     }
 
     /// Adds an event of trace `trace`: `time` is its local time (ns), `aligned` its time on the
     /// merge axis, `index` its position in its file, `seq` its position in the merged input.
-    #[inline]
+    #[cfg(test)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn event<O: Decisions>(
         &mut self,
@@ -168,8 +176,8 @@ impl KeyMatcher {
         self.event_hashed(trace, e, hash, time, aligned, index, seq, out);
     }
 
-    /// [`event`](Self::event) of an event whose key hashes to `hash` (the partitions get it with
-    /// the event: the reader hashed it to choose the partition).
+    /// Adds an event whose key hashes to `hash` (the reader hashes each key once, for the
+    /// prefetch, the partition and this lookup): see `event` for the other arguments.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn event_hashed<O: Decisions>(
@@ -212,31 +220,46 @@ impl KeyMatcher {
             }
             return;
         }
-        self.live.push_back(
-            hash,
-            key,
-            Entry {
-                first_seen: aligned,
-                seq,
-                send: seen,
-                recv: seen,
-                sends: u32::from(is_send),
-                recvs: u32::from(!is_send),
-            },
-        );
+        // Only the side seen is written: the other one is read only once its count is set.
+        let entry = self.live.push_back_with(hash, key);
+        entry.first_seen = aligned;
+        entry.seq = seq;
+        if is_send {
+            (entry.send, entry.sends, entry.recvs) = (seen, 1, 0);
+        } else {
+            (entry.recv, entry.sends, entry.recvs) = (seen, 0, 1);
+        }
+        self.next_due = self.next_due.min(aligned.saturating_add(self.rules.window));
     }
 
     /// Decides every key whose window ended before `now`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn expire<O: Decisions>(&mut self, now: i64, out: &mut O) {
+        if now > self.next_due {
+            self.expire_due(now, out);
+        }
+    }
+
+    /// [`expire`](Self::expire) when a key may be due: decides the due keys, oldest first, and
+    /// notes when the next one is.
+    fn expire_due<O: Decisions>(&mut self, now: i64, out: &mut O) {
+        let window = self.rules.window;
         while let Some(front) = self.live.front() {
-            if front.value.first_seen.saturating_add(self.window) >= now {
-                break;
+            let due = front.value.first_seen.saturating_add(window);
+            if due >= now {
+                self.next_due = due;
+                return;
             }
-            let (entry, key) = (front.value, front.key);
-            self.decide(&entry, &key, out);
+            self.rules.decide(
+                &front.value,
+                &front.key,
+                &mut self.stats,
+                &self.recordings,
+                out,
+            );
             self.live.drop_front();
         }
+        self.next_due = i64::MAX;
     }
 
     /// Decides every remaining key and returns the counts.
@@ -244,7 +267,9 @@ impl KeyMatcher {
         self.expire(i64::MAX, out);
         (self.stats, self.recordings)
     }
+}
 
+impl Rules {
     /// Hands the sides of an undecided key to the range matcher, if it takes them; false when
     /// it does not (then they are unmatched here).
     fn to_ranges<O: Decisions>(&self, e: &Entry, key: &Key, tag: Tag, out: &mut O) -> bool {
@@ -282,14 +307,23 @@ impl KeyMatcher {
         true
     }
 
+    /// Decides the key `key` (its entry `e`): a message, an event for the range matcher, or a
+    /// count.
     #[inline]
-    fn decide<O: Decisions>(&mut self, e: &Entry, key: &Key, out: &mut O) {
+    fn decide<O: Decisions>(
+        &self,
+        e: &Entry,
+        key: &Key,
+        stats: &mut MatchStats,
+        recordings: &Recordings,
+        out: &mut O,
+    ) {
         let due = e.first_seen.saturating_add(self.window);
         let tag = Tag::decided(due, e.seq);
         if e.sends > 1 || e.recvs > 1 {
-            self.stats.ambiguous += 1;
+            stats.ambiguous += 1;
             if !self.to_ranges(e, key, tag, out) {
-                self.stats.unmatched += u64::from(e.sends) + u64::from(e.recvs);
+                stats.unmatched += u64::from(e.sends) + u64::from(e.recvs);
             }
             return;
         }
@@ -297,21 +331,21 @@ impl KeyMatcher {
             if self.to_ranges(e, key, tag, out) {
                 return;
             }
-            self.stats.unmatched += 1;
+            stats.unmatched += 1;
             // Only unmatched keys get here, so rebuilding the record (which knows the key's
             // layout) is cheap enough.
             let probe = key.event(&Seen::default(), direction::SEND);
-            if self.recordings.suspect(&probe, e.first_seen, due) {
-                self.stats.oversize_unmatched += 1;
+            if recordings.suspect(&probe, e.first_seen, due) {
+                stats.oversize_unmatched += 1;
             }
             return;
         }
         let (s, r) = (e.send, e.recv);
         if s.trace == r.trace {
-            self.stats.same_trace += 1;
+            stats.same_trace += 1;
             return;
         }
-        self.stats.matched += 1;
+        stats.matched += 1;
         let message = Message {
             send_trace: s.trace,
             recv_trace: r.trace,

@@ -76,15 +76,27 @@ impl<K: Copy + Default + KeyEq, V: Copy + Default> LiveKeys<K, V> {
     }
 
     /// Appends an entry for a key that is not live (the caller checked with [`find_mut`]).
-    #[inline]
+    #[cfg(test)]
     pub fn push_back(&mut self, hash: u64, key: K, value: V) {
+        *self.push_back_with(hash, key) = value;
+    }
+
+    /// Appends an entry for a key that is not live (the caller checked with [`find_mut`]) and
+    /// returns its value to fill in, in place: building a whole value and copying it into the
+    /// ring costs twice the stores, on the path of every new key. The value still holds what an
+    /// entry that left the slot held: the caller sets every field it will read.
+    #[inline]
+    pub fn push_back_with(&mut self, hash: u64, key: K) -> &mut V {
         if self.len == self.ring.len() {
             self.grow();
         }
         let pos = (self.head + self.len) & (self.ring.len() - 1);
-        self.ring[pos] = Slot { hash, key, value };
         self.len += 1;
         self.index(hash, pos);
+        let slot = &mut self.ring[pos];
+        slot.hash = hash;
+        slot.key = key;
+        &mut slot.value
     }
 
     #[inline]
@@ -113,7 +125,7 @@ impl<K: Copy + Default + KeyEq, V: Copy + Default> LiveKeys<K, V> {
     }
 
     /// Removes the oldest live entry (if any).
-    #[inline]
+    #[inline(always)]
     pub fn drop_front(&mut self) {
         if self.len == 0 {
             return;
@@ -125,7 +137,7 @@ impl<K: Copy + Default + KeyEq, V: Copy + Default> LiveKeys<K, V> {
         self.len -= 1;
     }
 
-    /// Starts loading the home cell of `hash` (see [`crate::matching::Matcher::prefetch`]).
+    /// Starts loading the home cell of `hash` (see [`crate::matching::keys::KeyMatcher::prefetch`]).
     #[inline]
     pub fn prefetch_home(&self, hash: u64) {
         prefetch(&self.cells[self.home(hash >> 32)]);

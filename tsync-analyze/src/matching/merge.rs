@@ -21,6 +21,7 @@ use crate::input::tracefile::{TraceFile, TraceHeader, usable};
 use crate::input::{InputSet, Source, SourceKind, text};
 use crate::matching::alignment::SampleInput;
 use crate::matching::exchange::ReplyPairing;
+use crate::matching::key_hash;
 use crate::matching::keys::Recordings;
 use crate::matching::parallel::{self, Dispatch};
 use crate::matching::{MatchOptions, MatchStats, offload_warning};
@@ -92,12 +93,16 @@ struct Stream {
     /// The events are used in place (`file.events()[pos..]`).
     file: TraceFile,
     pos: usize,
+    /// The packet-key hash of each event of the chunk in hand (see [`Stream::refill`]).
+    hashes: Vec<u64>,
     /// Events consumed (index of the next one in file order).
     index: u64,
     /// realtime − monotonic, ns.
     shift: i64,
     /// Added to `shift` on the merge axis: the coarse alignment of this node's realtime clock.
     coarse: i64,
+    /// `shift + coarse` (saturating), what [`Stream::aligned`] adds: computed once per chunk.
+    offset: i64,
     last_ts: i64,
     out_of_order: u64,
     invalid: u64,
@@ -107,16 +112,24 @@ struct Stream {
 
 impl Stream {
     /// Loads the next chunk; false at the end.
+    ///
+    /// Hashes every event's packet key once, here: the merge loop asks for an event's index
+    /// cell a few events ahead and then looks the event up, and the threads route by the same
+    /// hash, so each of them reads it instead of hashing the key again (a tight loop over the
+    /// chunk also hashes faster than the merge loop would, event by event).
     fn refill(&mut self) -> Result<bool, InputError> {
         let more = self.file.next_chunk()?.is_some();
         self.pos = 0;
+        self.hashes.clear();
+        self.hashes.extend(self.file.events().iter().map(key_hash));
         self.shift = self.file.latest_shift(self.shift);
+        self.offset = self.shift.saturating_add(self.coarse);
         Ok(more)
     }
 
     #[inline]
     fn aligned(&self, e: &PacketEvent) -> i64 {
-        (e.ts_ns as i64).saturating_add(self.shift.saturating_add(self.coarse))
+        (e.ts_ns as i64).saturating_add(self.offset)
     }
 }
 
@@ -257,9 +270,11 @@ impl Reader {
                 trace: s.first_trace,
                 file,
                 pos: 0,
+                hashes: Vec::new(),
                 index: 0,
                 shift,
                 coarse: 0,
+                offset: shift,
                 last_ts: i64::MIN,
                 out_of_order: 0,
                 invalid: 0,
@@ -278,6 +293,7 @@ impl Reader {
             let alignment = crate::matching::alignment::estimate(&files, threads);
             for (st, c) in streams.iter_mut().zip(alignment.corrections_ns) {
                 st.coarse = c;
+                st.offset = st.shift.saturating_add(c);
             }
             warnings = alignment.warnings;
         }
@@ -353,14 +369,16 @@ impl Reader {
                     continue;
                 }
                 // The chunk in hand, event by event (its file is asked for it once per chunk).
+                let hashes = &st.hashes[..events.len()];
                 while let Some(e) = events.get(st.pos) {
                     let aligned = st.aligned(e);
                     if aligned > limit {
                         heap.push(Reverse((aligned, i)));
                         break 'stream;
                     }
+                    let hash = hashes[st.pos];
                     st.pos += 1;
-                    if let Some(ahead) = events.get(st.pos + PREFETCH_DISTANCE) {
+                    if let Some(&ahead) = hashes.get(st.pos + PREFETCH_DISTANCE) {
                         d.prefetch(ahead);
                     }
                     let index = st.index;
@@ -375,7 +393,7 @@ impl Reader {
                     }
                     st.last_ts = st.last_ts.max(t);
                     hw = hw.max(aligned);
-                    d.event(st.trace, e, index, hw, seq);
+                    d.event(st.trace, e, hash, index, hw, seq);
                     seq += 1;
                     if seq == next_tick {
                         next_tick += TICK_EVENTS;

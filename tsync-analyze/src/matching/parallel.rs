@@ -22,7 +22,6 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 
 use tsync_common::PacketEvent;
 
-use super::key::key_hash;
 use super::keys::KeyMatcher;
 use super::merge::Reader;
 use super::order::{self, Outbox};
@@ -33,11 +32,11 @@ use crate::model::MessageSink;
 
 /// Where the reader sends the merged events.
 pub(super) trait Dispatch {
-    /// Hints that `e` comes soon.
-    fn prefetch(&mut self, _e: &PacketEvent) {}
-    /// One usable event: trace, record, position in its file, high-water mark, position in the
-    /// merged input.
-    fn event(&mut self, trace: u32, e: &PacketEvent, index: u64, hw: i64, seq: u64);
+    /// Hints that an event whose key hashes to `hash` comes soon.
+    fn prefetch(&mut self, _hash: u64) {}
+    /// One usable event: trace, record, the hash of its key, position in its file, high-water
+    /// mark, position in the merged input.
+    fn event(&mut self, trace: u32, e: &PacketEvent, hash: u64, index: u64, hw: i64, seq: u64);
     /// `trace`'s last event was at `last` (merge axis); the high-water mark was `hw`.
     fn trace_ends(&mut self, trace: u32, last: i64, hw: i64);
     /// The end of a tick: every event so far had a high-water mark ≤ `hw`; `bytes` of input
@@ -105,18 +104,18 @@ struct Inline<'a, S: MessageSink + ?Sized> {
 
 impl<S: MessageSink + ?Sized> Dispatch for Inline<'_, S> {
     #[inline]
-    fn prefetch(&mut self, e: &PacketEvent) {
-        self.keys.prefetch(e);
+    fn prefetch(&mut self, hash: u64) {
+        self.keys.prefetch(hash);
     }
 
     #[inline]
-    fn event(&mut self, trace: u32, e: &PacketEvent, index: u64, hw: i64, seq: u64) {
+    fn event(&mut self, trace: u32, e: &PacketEvent, hash: u64, index: u64, hw: i64, seq: u64) {
         let mut direct = Direct {
             sequencer: self.sequencer,
             sink: self.sink,
         };
         self.keys
-            .event(trace, e, e.ts_ns as i64, hw, index, seq, &mut direct);
+            .event_hashed(trace, e, hash, e.ts_ns as i64, hw, index, seq, &mut direct);
     }
 
     fn trace_ends(&mut self, trace: u32, last: i64, hw: i64) {
@@ -179,10 +178,9 @@ struct Router {
 
 impl Dispatch for Router {
     #[inline]
-    fn event(&mut self, trace: u32, e: &PacketEvent, index: u64, hw: i64, seq: u64) {
+    fn event(&mut self, trace: u32, e: &PacketEvent, hash: u64, index: u64, hw: i64, seq: u64) {
         // The low half of the hash: the partitions' tables index by the high half.
         let n = self.batches.len() as u64;
-        let hash = key_hash(e);
         let part = ((hash & 0xFFFF_FFFF) * n) >> 32;
         self.batches[part as usize].push(In {
             e: *e,
@@ -242,7 +240,7 @@ fn partition(mut keys: KeyMatcher, lanes: Lanes) {
         let mut out = spare_outboxes.try_recv().unwrap_or_default();
         for (i, ev) in tick.events.iter().enumerate() {
             if let Some(ahead) = tick.events.get(i + 4) {
-                keys.prefetch_hashed(ahead.hash);
+                keys.prefetch(ahead.hash);
             }
             keys.event_hashed(
                 ev.trace,
