@@ -178,7 +178,7 @@ pub fn finish(
         inverses,
         network: network::Network::new(threads),
     };
-    for cycle in network::contradictions(&result, &result.inverses, 5) {
+    for cycle in network::contradictions(&result, &result.inverses, 5, threads) {
         let names: Vec<String> = cycle
             .iter()
             .map(|&(a, b)| format!("{}–{}", trace_names[a as usize], trace_names[b as usize]))

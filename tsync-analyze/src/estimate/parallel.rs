@@ -1,6 +1,7 @@
 //! The finishing work spread over the cores `--threads` allows: each pair's estimate, each
-//! edge's joint centre, each search for a group's reference and each grid instant of the network
-//! intervals depend on nothing but their own input, so they are mapped in parallel and collected in input order — the result is
+//! edge's joint centre, each search for a group's reference, each grid instant of the network
+//! intervals and each instant the contradiction check looks at depend on nothing but their own
+//! input, so they are mapped in parallel and collected in input order — the result is
 //! the same whatever the number of threads (`tests/threads.rs`).
 
 use std::sync::{Arc, Mutex, PoisonError};

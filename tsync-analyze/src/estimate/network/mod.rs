@@ -32,6 +32,7 @@ mod plan;
 use std::sync::OnceLock;
 
 use crate::estimate::SyncResult;
+use crate::estimate::parallel::map_in_order;
 use crate::model::PiecewiseMap;
 
 pub(crate) use constraints::Layout;
@@ -217,14 +218,18 @@ pub fn interval(
 }
 
 /// Contradictions: at `points` times across each group's span, the pairs of every negative
-/// cycle of the constraints (each cycle once).
+/// cycle of the constraints (each cycle once). The instants are checked on up to `threads`
+/// threads (each is a lookup in every pair's intervals and a search of the constraints, the
+/// largest cost left on one thread for meshes of hundreds of traces) and their cycles taken in
+/// instant order, so the result is the same whatever `threads`.
 pub fn contradictions(
     sync: &SyncResult,
     inverse: &[PiecewiseMap],
     points: usize,
+    threads: usize,
 ) -> Vec<Vec<(u32, u32)>> {
-    let mut found: Vec<Vec<(u32, u32)>> = Vec::new();
     let layout = sync.network.layout(sync);
+    let mut instants = Vec::new();
     for tr in &sync.traces {
         if !tr.synchronized || tr.reference != tr.index {
             continue;
@@ -232,18 +237,24 @@ pub fn contradictions(
         let Some((first, last)) = tr.span_ns else {
             continue;
         };
-        let g = &layout.groups[tr.group as usize];
         for i in 0..points {
             let t = first as f64 + (last - first) as f64 * (i as f64 + 0.5) / points as f64;
-            let (cs, x) = at_instant(sync, inverse, layout, g, tr.map.apply(t));
-            if let Err(ids) = potential(g.members.len(), &cs, &x) {
-                let mut cycle: Vec<(u32, u32)> = ids.iter().map(|&id| pair_of(sync, id)).collect();
-                cycle.sort_unstable();
-                cycle.dedup();
-                if !cycle.is_empty() && !found.contains(&cycle) {
-                    found.push(cycle);
-                }
-            }
+            instants.push((tr.group, tr.map.apply(t)));
+        }
+    }
+    let cycles = map_in_order(threads, instants, |(group, at_ref)| {
+        let g = &layout.groups[group as usize];
+        let (cs, x) = at_instant(sync, inverse, layout, g, at_ref);
+        let ids = potential(g.members.len(), &cs, &x).err()?;
+        let mut cycle: Vec<(u32, u32)> = ids.iter().map(|&id| pair_of(sync, id)).collect();
+        cycle.sort_unstable();
+        cycle.dedup();
+        Some(cycle)
+    });
+    let mut found: Vec<Vec<(u32, u32)>> = Vec::new();
+    for cycle in cycles.into_iter().flatten() {
+        if !cycle.is_empty() && !found.contains(&cycle) {
+            found.push(cycle);
         }
     }
     found
