@@ -55,13 +55,6 @@ pub struct Stranded {
     pub recv: u64,
 }
 
-/// What a flush of the stale batches left.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Held {
-    /// Timestamp of the oldest event still in a batch (u64::MAX: none).
-    pub oldest_ns: u64,
-}
-
 impl Batches {
     pub fn new(
         pending: PerCpuArray<MapData, u64>,
@@ -85,17 +78,16 @@ impl Batches {
         Ok(values.iter().copied().collect())
     }
 
-    /// The oldest event the batches hold.
-    pub fn held(&self) -> Result<Held> {
+    /// The timestamp of the oldest event the batches hold (u64::MAX: none).
+    pub fn held(&self) -> Result<u64> {
         let oldest = self.pending()?.into_iter().filter(|&t| t != 0).min();
-        Ok(Held {
-            oldest_ns: oldest.unwrap_or(u64::MAX),
-        })
+        Ok(oldest.unwrap_or(u64::MAX))
     }
 
     /// Writes out every batch whose oldest event is older than `now_ns - STALE_NS`, and returns
-    /// the oldest event still held afterwards (batches that were busy, or too young).
-    pub fn flush_stale(&mut self, now_ns: u64) -> Result<Held> {
+    /// the timestamp of the oldest event still held afterwards (batches that were busy, or too
+    /// young; u64::MAX: none).
+    pub fn flush_stale(&mut self, now_ns: u64) -> Result<u64> {
         let mut oldest = u64::MAX;
         for (cpu, since) in self.pending()?.into_iter().enumerate() {
             if since == 0 {
@@ -109,7 +101,7 @@ impl Batches {
             }
             oldest = oldest.min(since);
         }
-        Ok(Held { oldest_ns: oldest })
+        Ok(oldest)
     }
 
     /// Writes out every batch (at the end of a recording, once the hooks are detached), retrying

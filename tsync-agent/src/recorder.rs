@@ -97,8 +97,8 @@ fn drain_and_release(
 ) -> Result<bool> {
     let now = clock::monotonic_ns();
     let held = match &mut capture.batches {
-        Some(batches) if flush => batches.flush_stale(now)?.oldest_ns,
-        Some(batches) => batches.held()?.oldest_ns,
+        Some(batches) if flush => batches.flush_stale(now)?,
+        Some(batches) => batches.held()?,
         None => u64::MAX,
     };
     let empty = drain(capture, &mut sink.reorder, max);
