@@ -53,6 +53,10 @@ pub struct CaptureOptions {
     /// 6 s; needs fuse3 and python3-fusepy, which `cargo xtask setup` installs).
     #[arg(long)]
     pub no_stalling_output: bool,
+    /// Run only the traffic patterns whose name contains this text (case-insensitive), e.g.
+    /// "TCP" or "64-byte writes".
+    #[arg(long, value_name = "TEXT")]
+    pub only: Option<String>,
 }
 
 /// One traffic pattern.
@@ -148,6 +152,16 @@ impl CaptureOptions {
             "the capture benchmark needs root (namespaces, eBPF)"
         );
         ensure!(self.duration > 0, "--duration must be at least 1 s");
+        ensure!(
+            self.scenarios().next().is_some(),
+            "--only {:?} matches no traffic pattern; the patterns are: {}",
+            self.only.as_deref().unwrap_or(""),
+            SCENARIOS
+                .iter()
+                .map(|s| s.name)
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
         if let Some(b) = &self.baseline_agent {
             ensure!(
                 b.is_file(),
@@ -156,6 +170,15 @@ impl CaptureOptions {
             );
         }
         Ok(())
+    }
+
+    /// The traffic patterns to run (`--only`).
+    fn scenarios(&self) -> impl Iterator<Item = &'static Scenario> + '_ {
+        let only = self.only.as_deref().map(str::to_lowercase);
+        SCENARIOS.iter().filter(move |s| {
+            only.as_deref()
+                .is_none_or(|o| s.name.to_lowercase().contains(o))
+        })
     }
 
     /// Runs the benchmark with the agent binary `agent` (and the baseline's, if any); prints the
@@ -172,7 +195,7 @@ impl CaptureOptions {
         let link = VethPair::new(&unique_name("b"), ADDR, None)?;
         let _stats = BpfStats::enable()?;
         let mut rows = Vec::new();
-        for (i, scenario) in SCENARIOS.iter().enumerate() {
+        for (i, scenario) in self.scenarios().enumerate() {
             let traces: Vec<[PathBuf; 2]> = (0..binaries.len())
                 .map(|b| [0, 1].map(|n| out_dir.join(format!("capture-{i}-{n}-{b}.trace"))))
                 .collect();

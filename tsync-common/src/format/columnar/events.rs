@@ -138,11 +138,13 @@ impl EventEncoder {
     pub fn encode(&mut self, events: &[PacketEvent], out: &mut Vec<u8>) {
         let n = events.len();
         self.flows.clear();
+        // Sized first and written in place: a push per event checked the capacity each time.
         self.ids.clear();
+        self.ids.resize(n, 0);
         // One pass: the flows, and whether cpus and offsets fit their narrow widths.
         let (mut cpus, mut offsets) = (0u16, 0u8);
-        for e in events {
-            self.ids.push(self.flows.id(e));
+        for (id, e) in self.ids.iter_mut().zip(events) {
+            *id = self.flows.id(e);
             cpus |= e.cpu;
             offsets |= e.ihl | e.doff;
         }
@@ -227,12 +229,21 @@ impl EventEncoder {
             if e.udp_data != [0; 8] || e.udp_len != 0 || e.reserved != [0; 2] {
                 c.extras.varint((i - extras_next) as u64);
                 extras_next = i + 1;
-                c.extras.bytes(e.udp_data);
-                c.extras.bytes(e.udp_len.to_le_bytes());
-                c.extras.bytes(e.reserved);
+                c.extras.bytes(extras(e));
             }
         }
     }
+}
+
+/// An event's extras as stored (udp_data, udp_len, reserved), built in registers and written with
+/// one length check.
+#[inline(always)]
+fn extras(e: &PacketEvent) -> [u8; 12] {
+    let mut b = [0u8; 12];
+    b[..8].copy_from_slice(&e.udp_data);
+    b[8..10].copy_from_slice(&e.udp_len.to_le_bytes());
+    b[10..].copy_from_slice(&e.reserved);
+    b
 }
 
 /// The zigzag difference of each event's time from the one before (the first: from 0).

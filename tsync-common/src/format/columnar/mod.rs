@@ -56,6 +56,14 @@ impl Column {
     /// byte: the 7-bit groups are spread into bytes pairwise and written as one word.
     #[inline(always)]
     pub(crate) fn varint(&mut self, value: u64) {
+        // One byte, the usual case of every column (a predicted sequence number, an unchanged
+        // acknowledgment, the next event's extras): a store, without the ~25 instructions of
+        // spreading the groups; the branch is as predictable as the column is regular.
+        if value < 0x80 {
+            self.buf[self.len] = value as u8;
+            self.len += 1;
+            return;
+        }
         if value >= 1 << 56 {
             let mut v = Vec::new();
             put_varint(&mut v, value);
