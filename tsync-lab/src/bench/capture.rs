@@ -1,8 +1,10 @@
 //! The capture benchmark (`cargo xtask bench capture`): what recording costs under load.
 //!
-//! Two network namespaces joined by a veth pair; iperf3 blasts traffic across it, once with no
-//! agent and once with one agent per namespace, for TCP (GSO super-packets) and small UDP datagrams
-//! (many packets), and once with a single `--all-netns` agent, whose every hook run records (its
+//! Two network namespaces joined by a veth pair; traffic crosses it, once with no agent and once
+//! with one agent per namespace, for TCP (iperf3, GSO super-packets), small UDP datagrams (iperf3,
+//! many packets; from one and two clients) and the smallest from a `sendmmsg` blaster on every
+//! CPU ([`super::blast`], the only one that offers well over 1 M events/s on two vCPUs), and once
+//! with a single `--all-netns` agent, whose every hook run records (its
 //! cost per run is the cost of one recorded event). Reported per run: packets/s and Gbit/s on the
 //! link (veth counters), events/s written, events lost, and the in-kernel cost per hook run and per
 //! written event from the kernel's own BPF statistics (`kernel.bpf_stats_enabled`: run_time_ns /
@@ -62,11 +64,20 @@ pub struct CaptureOptions {
 /// One traffic pattern.
 struct Scenario {
     name: &'static str,
-    iperf_args: &'static [&'static str],
-    /// iperf3 clients at once, each with a server of its own; with more than one, client k is
-    /// pinned to CPU k (iperf3 before 3.16 runs one thread, which alone cannot offer the agent
-    /// 1 M events/s on this class of machine).
-    streams: u32,
+    traffic: Traffic,
+}
+
+/// What makes the packets of a scenario.
+enum Traffic {
+    /// iperf3, with these client arguments, from this many clients at once, each with a server
+    /// of its own; with more than one, client k is pinned to CPU k (iperf3 before 3.16 runs one
+    /// thread, which alone cannot offer the agent 1 M events/s on this class of machine).
+    Iperf {
+        args: &'static [&'static str],
+        clients: u32,
+    },
+    /// 18-byte UDP datagrams from [`blast`](super::blast), one `sendmmsg` loop per CPU.
+    Blast,
 }
 
 const UDP_64: &[&str] = &["-u", "-b", "0", "-l", "64"];
@@ -74,18 +85,28 @@ const UDP_64: &[&str] = &["-u", "-b", "0", "-l", "64"];
 const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "TCP (iperf3 default)",
-        iperf_args: &[],
-        streams: 1,
+        traffic: Traffic::Iperf {
+            args: &[],
+            clients: 1,
+        },
     },
     Scenario {
         name: "UDP 64-byte datagrams",
-        iperf_args: UDP_64,
-        streams: 1,
+        traffic: Traffic::Iperf {
+            args: UDP_64,
+            clients: 1,
+        },
     },
     Scenario {
         name: "UDP 64-byte datagrams, 2 clients (one per CPU)",
-        iperf_args: UDP_64,
-        streams: 2,
+        traffic: Traffic::Iperf {
+            args: UDP_64,
+            clients: 2,
+        },
+    },
+    Scenario {
+        name: "UDP 18-byte datagrams, sendmmsg blaster (one per CPU)",
+        traffic: Traffic::Blast,
     },
 ];
 
@@ -297,7 +318,7 @@ impl CaptureOptions {
             }
             running.push(these);
         }
-        let run = iperf(link, scenario, self.duration)?;
+        let run = traffic(link, scenario, self.duration)?;
         // The programs' statistics must be read while they are still loaded.
         let programs = crate::programs()?;
         let mut measures = Vec::new();
@@ -460,8 +481,10 @@ impl CaptureOptions {
     ) -> Result<String> {
         let scenario = Scenario {
             name: "TCP, output stalling",
-            iperf_args: &[],
-            streams: 1,
+            traffic: Traffic::Iperf {
+                args: &[],
+                clients: 1,
+            },
         };
         let mut runs = Vec::new();
         for &(bin, which) in binaries {
@@ -474,7 +497,7 @@ impl CaptureOptions {
             let mut cmd = record_command(bin, Some(&link.ns[0]), &trace);
             cmd.arg("--all-netns");
             let agent = Agent::start(cmd)?;
-            iperf(link, &scenario, STALL_TRAFFIC_S)?;
+            traffic(link, &scenario, STALL_TRAFFIC_S)?;
             let stopped = agent.stop_cleanly()?;
             let lost = footer_lost(&trace)?;
             let (events, _) = stopped
@@ -526,18 +549,40 @@ impl CaptureOptions {
     }
 }
 
-/// How an iperf3 run went: its time, and the link's (packets, bytes) counters around it.
-struct IperfRun {
+/// How a traffic run went: its time, and the link's (packets, bytes) counters around it.
+struct TrafficRun {
     seconds: f64,
     before: (u64, u64),
     after: (u64, u64),
 }
 
-/// Runs the scenario's iperf3 servers in namespace 0 and its clients in namespace 1 for `seconds`.
-fn iperf(link: &VethPair, scenario: &Scenario, seconds: u32) -> Result<IperfRun> {
-    let ports: Vec<String> = (0..scenario.streams)
-        .map(|k| (5201 + k).to_string())
-        .collect();
+/// Runs the scenario's traffic for `seconds`, from namespace 1 to namespace 0.
+fn traffic(link: &VethPair, scenario: &Scenario, seconds: u32) -> Result<TrafficRun> {
+    match scenario.traffic {
+        Traffic::Iperf { args, clients } => iperf(link, args, clients, seconds),
+        Traffic::Blast => {
+            let before = link.counters()?;
+            let started = Instant::now();
+            let to = std::net::SocketAddr::from((ADDR[0].parse::<std::net::Ipv4Addr>()?, 5301));
+            super::blast::blast(
+                &link.ns[1],
+                &link.ns[0],
+                to,
+                Duration::from_secs(seconds.into()),
+            )?;
+            Ok(TrafficRun {
+                seconds: started.elapsed().as_secs_f64(),
+                before,
+                after: link.counters()?,
+            })
+        }
+    }
+}
+
+/// Runs `clients` iperf3 servers in namespace 0 and as many clients (with `args`) in namespace 1
+/// for `seconds`.
+fn iperf(link: &VethPair, args: &[&str], clients: u32, seconds: u32) -> Result<TrafficRun> {
+    let ports: Vec<String> = (0..clients).map(|k| (5201 + k).to_string()).collect();
     let mut servers = Vec::new();
     for port in &ports {
         servers.push(
@@ -553,20 +598,20 @@ fn iperf(link: &VethPair, scenario: &Scenario, seconds: u32) -> Result<IperfRun>
     thread::sleep(Duration::from_millis(500));
     let before = link.counters()?;
     let started = Instant::now();
-    let mut clients = Vec::new();
+    let mut running = Vec::new();
     for (k, port) in ports.iter().enumerate() {
         let mut cmd = link.ns[1].command("iperf3");
         cmd.args(["-c", ADDR[0], "-p", port])
             .args(["-t", &seconds.to_string()])
-            .args(scenario.iperf_args)
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        if scenario.streams > 1 {
+        if clients > 1 {
             pin_to_cpu(&mut cmd, k);
         }
-        clients.push(cmd.spawn().context("cannot run the iperf3 client")?);
+        running.push(cmd.spawn().context("cannot run the iperf3 client")?);
     }
-    let outputs: Vec<_> = clients
+    let outputs: Vec<_> = running
         .into_iter()
         .map(|c| c.wait_with_output().context("cannot run the iperf3 client"))
         .collect::<Result<_>>()?;
@@ -583,7 +628,7 @@ fn iperf(link: &VethPair, scenario: &Scenario, seconds: u32) -> Result<IperfRun>
             );
         }
     }
-    Ok(IperfRun {
+    Ok(TrafficRun {
         seconds,
         before,
         after,
@@ -596,17 +641,9 @@ fn pin_to_cpu(cmd: &mut std::process::Command, k: usize) {
     use std::os::unix::process::CommandExt as _;
     let cpus = thread::available_parallelism().map_or(1, |n| n.get());
     let cpu = k % cpus;
-    // SAFETY: sched_setaffinity on the child between fork and exec: async-signal-safe, no
-    // allocation (the set is built on the stack).
+    // SAFETY: only an async-signal-safe system call between fork and exec.
     unsafe {
-        cmd.pre_exec(move || {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        cmd.pre_exec(move || super::blast::set_affinity(cpu));
     }
 }
 
