@@ -32,9 +32,8 @@ pub fn blast(from: &Netns, to_ns: &Netns, to: SocketAddr, duration: Duration) ->
     let receiver = to_ns
         .run_in(move || UdpSocket::bind(to))
         .with_context(|| format!("cannot bind the blaster's receiver to {to}"))?;
-    let cpus = thread::available_parallelism().map_or(1, |n| n.get());
     let mut senders = Vec::new();
-    for cpu in 0..cpus {
+    for cpu in allowed_cpus()? {
         // A socket's namespace is the one it was created in, whichever thread then uses it.
         let socket = from
             .run_in(move || {
@@ -102,6 +101,24 @@ fn send(socket: &UdpSocket, cpu: usize, duration: Duration) -> Result<u64> {
         sent += n as u64;
     }
     Ok(sent)
+}
+
+/// The CPUs this process may run on (its affinity mask, which a container or `taskset` may
+/// narrow): one sender for each.
+fn allowed_cpus() -> Result<Vec<usize>> {
+    // SAFETY: a zeroed cpu_set_t is valid; the kernel fills it; CPU_ISSET reads inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            bail!(
+                "cannot read this process's CPU affinity: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect())
+    }
 }
 
 /// Pins the calling thread to `cpu`.
