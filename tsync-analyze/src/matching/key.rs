@@ -98,6 +98,112 @@ impl Key {
     }
 }
 
+impl Key {
+    /// The key of `e` as [`KeyLanes`] build it.
+    #[cfg(test)]
+    pub(super) fn lanes_of(e: &PacketEvent) -> Key {
+        KeyLanes::of(e).key()
+    }
+
+    /// The key with bit `bit` (of 512) flipped.
+    #[cfg(test)]
+    pub(super) fn with_bit_flipped(mut self, bit: usize) -> Key {
+        self.0[bit / 64] ^= 1 << (bit % 64);
+        self
+    }
+}
+
+/// A key while its event is looked up: [`Key::of`] built in vector registers (four of SSE2's
+/// 128-bit ones on x86_64). Eight 64-bit words do not fit beside the matcher's other state in
+/// the general registers, so a key built there is spilled to the stack, then reloaded word by
+/// word to be compared with the table's and again to be copied into it; in four vector registers
+/// it is loaded from the record in four instructions, compared in a few more and stored in four.
+#[derive(Clone, Copy)]
+pub(super) struct KeyLanes(Lanes);
+
+#[cfg(target_arch = "x86_64")]
+type Lanes = [std::arch::x86_64::__m128i; 4];
+#[cfg(not(target_arch = "x86_64"))]
+type Lanes = Key;
+
+#[cfg(target_arch = "x86_64")]
+impl KeyLanes {
+    #[inline(always)]
+    pub(super) fn of(e: &PacketEvent) -> KeyLanes {
+        use std::arch::x86_64::{__m128i, _mm_and_si128, _mm_insert_epi16, _mm_loadu_si128};
+        let p = std::ptr::from_ref(e).cast::<u8>();
+        // Words 6 and 7 as in `Key::of`: the flags masked, the reserved bytes replaced by the
+        // kind (bytes 78 and 79 of the record are the last 16-bit lane).
+        let masks = if e.kind == kind::TCP_ADDON {
+            ADDON_MASKS
+        } else {
+            MASKS
+        };
+        // SAFETY: bytes KEY_START..KEY_START + 64 lie inside the record (asserted below), the
+        // loads are unaligned ones, any 128 bits are a valid vector, and SSE2 (every intrinsic
+        // here) is part of the x86_64 baseline.
+        unsafe {
+            let [a, b, c, d] =
+                [0, 16, 32, 48].map(|o| _mm_loadu_si128(p.add(KEY_START + o).cast::<__m128i>()));
+            let mask = std::mem::transmute::<[u64; 2], __m128i>(masks);
+            let d = _mm_insert_epi16::<7>(_mm_and_si128(d, mask), i32::from(e.kind));
+            KeyLanes([a, b, c, d])
+        }
+    }
+
+    /// The key, to store.
+    #[inline(always)]
+    pub(super) fn key(&self) -> Key {
+        // SAFETY: four 128-bit vectors are eight 64-bit words, any bits valid in both.
+        Key(unsafe { std::mem::transmute::<Lanes, [u64; 8]>(self.0) })
+    }
+}
+
+/// The masks of words 6 and 7 (see [`Key::of`]).
+#[cfg(target_arch = "x86_64")]
+const MASKS: [u64; 2] = [FLAGS_MASK, RESERVED_MASK];
+#[cfg(target_arch = "x86_64")]
+const ADDON_MASKS: [u64; 2] = [u64::MAX, RESERVED_MASK];
+const _: () = assert!(KEY_START + 64 <= std::mem::size_of::<PacketEvent>());
+
+#[cfg(target_arch = "x86_64")]
+impl KeyEq<KeyLanes> for Key {
+    #[inline(always)]
+    fn key_eq(&self, other: &KeyLanes) -> bool {
+        use std::arch::x86_64::{
+            __m128i, _mm_and_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8,
+        };
+        let p = self.0.as_ptr().cast::<__m128i>();
+        // SAFETY: unaligned loads of the key's 64 bytes; SSE2 is part of the x86_64 baseline.
+        unsafe {
+            let eq = |i: usize| _mm_cmpeq_epi8(_mm_loadu_si128(p.add(i)), other.0[i]);
+            let all = _mm_and_si128(_mm_and_si128(eq(0), eq(1)), _mm_and_si128(eq(2), eq(3)));
+            _mm_movemask_epi8(all) == 0xFFFF
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+impl KeyLanes {
+    #[inline(always)]
+    pub(super) fn of(e: &PacketEvent) -> KeyLanes {
+        KeyLanes(Key::of(e))
+    }
+
+    #[inline(always)]
+    pub(super) fn key(&self) -> Key {
+        self.0
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+impl KeyEq<KeyLanes> for Key {
+    #[inline(always)]
+    fn key_eq(&self, other: &KeyLanes) -> bool {
+        self.key_eq(&other.0)
+    }
+}
+
 impl KeyEq for Key {
     #[inline]
     fn key_eq(&self, other: &Self) -> bool {

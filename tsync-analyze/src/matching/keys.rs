@@ -11,8 +11,8 @@ use std::collections::HashMap;
 
 use tsync_common::{PacketEvent, direction};
 
-use super::key::Key;
-use super::live::LiveKeys;
+use super::key::{Key, KeyLanes};
+use super::live::{LiveKeys, Probe};
 use super::order::{Decisions, Tag};
 use super::ranges::{RangeMatcher, Unpaired};
 use super::{MatchStats, OFFLOAD_SUSPECT_LEN, STACKED_COPY_NS};
@@ -193,8 +193,8 @@ impl KeyMatcher {
     ) {
         self.stats.events += 1;
         self.expire(aligned, out);
-        let key = Key::of(e);
-        debug_assert_eq!(key.hash(), hash);
+        let key = KeyLanes::of(e);
+        debug_assert_eq!(key.key().hash(), hash);
         let seen = Seen {
             time,
             index,
@@ -204,24 +204,29 @@ impl KeyMatcher {
             tcp_flags: e.tcp_flags,
         };
         let is_send = e.direction == direction::SEND;
-        if let Some(entry) = self.live.find_mut(hash, &key) {
-            let (first, count) = if is_send {
-                (&mut entry.send, &mut entry.sends)
-            } else {
-                (&mut entry.recv, &mut entry.recvs)
-            };
-            if *count == 0 {
-                *first = seen;
-                *count = 1;
-            } else if first.stacked_copy(&seen) {
-                self.stats.stacked_copies += 1;
-            } else {
-                *count = count.saturating_add(1);
+        let cell = match self.live.probe(hash, &key) {
+            Probe::Vacant(cell) => cell,
+            Probe::Found(p) => {
+                let entry = self.live.value_mut(p);
+                let (first, count) = if is_send {
+                    (&mut entry.send, &mut entry.sends)
+                } else {
+                    (&mut entry.recv, &mut entry.recvs)
+                };
+                if *count == 0 {
+                    *first = seen;
+                    *count = 1;
+                } else if first.stacked_copy(&seen) {
+                    self.stats.stacked_copies += 1;
+                } else {
+                    *count = count.saturating_add(1);
+                }
+                return;
             }
-            return;
-        }
-        // Only the side seen is written: the other one is read only once its count is set.
-        let entry = self.live.push_back_with(hash, key);
+        };
+        // Only the side seen is written: the other one is read only once its count is set. The
+        // probe's empty cell takes the key's cell: no second probe.
+        let entry = self.live.push_back_at(cell, hash, key.key());
         entry.first_seen = aligned;
         entry.seq = seq;
         if is_send {

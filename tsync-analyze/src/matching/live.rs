@@ -2,17 +2,28 @@
 //!
 //! Keys are decided in the order they were created, so the entries live in a ring (power-of-two
 //! capacity, oldest first) and expiring needs no search. The index is an open-addressing table
-//! (linear probing) of 8-byte cells, each the upper 32 bits of the key's hash (the tag) and the
-//! entry's ring position: one cell per live key, at most half the cells used, so a probe usually
-//! touches one cache line and compares full keys only when the tags agree. Because a cell holds
-//! everything a probe needs, the table stays small (8 bytes per slot; 512 KiB for the ~20 000 live
-//! keys of a 2 s window at 10⁴ messages/s) and the ring is only read where a key really is.
+//! (linear probing) of 8-byte cells, each the upper bits of the key's hash (the tag), the
+//! index's generation and the entry's position: a probe usually touches one cache line and
+//! compares full keys only when the tags agree. Because a cell holds everything a probe needs,
+//! the table stays small and the ring is only read where a key really is.
 //!
-//! Removing the oldest entry (when it is decided) erases its cell with backward-shift deletion, so
-//! the table never holds dead cells and probe sequences stay short whatever the trace length.
+//! Expiring the oldest entry touches no cell: positions count every entry ever appended (modulo
+//! 2³²), and a cell whose position is no longer between the ring's head and tail is dead — a
+//! probe passes over it as over any cell of another key. Dead cells are never reused; once live
+//! and dead cells fill half the index, it is emptied in bulk and the live entries are indexed
+//! anew, in one pass over the ring. Emptying is a new generation: a cell of an older one counts
+//! as empty, so the cells need not be cleared (only every 255th time, when the generation
+//! wraps). With four cells per ring slot this happens at most once every ring's worth of new
+//! keys and costs a few instructions per key, against the backward-shift deletion of every
+//! key's cell it replaces (which also searched for the cell first). Positions stay unambiguous
+//! because a dead cell is emptied long before 2³² more entries come.
 
-/// An empty index cell (no ring position reaches 2³² − 1).
-const EMPTY: u64 = u64::MAX;
+/// A cell no generation wrote: what the index starts as.
+const EMPTY: u64 = 0;
+
+/// Index cells per ring slot: at most a quarter of the cells hold live entries, and the index is
+/// rebuilt once live and dead ones reach half.
+const CELLS_PER_SLOT: usize = 4;
 
 /// One live entry.
 #[derive(Clone, Copy, Debug, Default)]
@@ -22,25 +33,54 @@ pub(crate) struct Slot<K, V> {
     pub value: V,
 }
 
-/// Live keys in creation order, findable by key.
-pub(crate) struct LiveKeys<K, V> {
-    /// `ring[(head + i) & (ring.len() - 1)]` is the i-th oldest live entry.
-    ring: Vec<Slot<K, V>>,
-    head: usize,
-    len: usize,
-    /// Index cells: `tag << 32 | ring position`, or [`EMPTY`]; twice as many as ring slots.
-    cells: Vec<u64>,
+/// Where a key is: its entry's position, or the empty cell its probe ended at (where its cell
+/// goes if it is appended now).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Probe {
+    Found(u32),
+    Vacant(usize),
 }
 
-impl<K: Copy + Default + KeyEq, V: Copy + Default> LiveKeys<K, V> {
+/// Live keys in creation order, findable by key.
+pub(crate) struct LiveKeys<K, V> {
+    /// The entry at position `p` is `ring[p & (ring.len() - 1)]`; the live ones are `head`,
+    /// `head + 1`, ... `head + len - 1` (wrapping).
+    ring: Vec<Slot<K, V>>,
+    /// `ring.len() - 1`.
+    ring_mask: usize,
+    head: u32,
+    len: usize,
+    /// Index cells: `(tag << 8 | generation) << 32 | position`; [`CELLS_PER_SLOT`] per ring
+    /// slot. A cell of another generation than `generation` is empty.
+    cells: Vec<u64>,
+    /// `cells.len() - 1`.
+    cell_mask: usize,
+    /// The current generation, 1 to 255.
+    generation: u64,
+    /// Cells of the current generation (live or dead) when `room` was last set.
+    used: usize,
+    /// Appends left before [`make_room`](Self::make_room) must run: one counter for the ring
+    /// and the index, on the path of every new key.
+    room: usize,
+    /// What `room` was last set to.
+    granted: usize,
+}
+
+impl<K: Copy + Default, V: Copy + Default> LiveKeys<K, V> {
     /// An empty set with room for `capacity` entries (rounded up to a power of two) before growing.
     pub fn with_capacity(capacity: usize) -> Self {
         let cap = capacity.max(16).next_power_of_two();
         LiveKeys {
             ring: vec![Slot::default(); cap],
+            ring_mask: cap - 1,
             head: 0,
             len: 0,
-            cells: vec![EMPTY; 2 * cap],
+            cells: vec![EMPTY; CELLS_PER_SLOT * cap],
+            cell_mask: CELLS_PER_SLOT * cap - 1,
+            generation: 1,
+            used: 0,
+            room: cap,
+            granted: cap,
         }
     }
 
@@ -49,71 +89,129 @@ impl<K: Copy + Default + KeyEq, V: Copy + Default> LiveKeys<K, V> {
         self.len
     }
 
+    /// The upper half of the cells of `hash` in the current generation: the hash's upper 24 bits
+    /// (the tag; the home cell comes from the lower ones) and the generation.
+    #[inline(always)]
+    fn tag(&self, hash: u64) -> u64 {
+        (hash >> 40) << 8 | self.generation
+    }
+
+    /// Whether `c` (a cell's upper half) is of the current generation.
+    #[inline(always)]
+    fn is_used(&self, upper: u64) -> bool {
+        upper as u8 == self.generation as u8
+    }
+
+    #[inline(always)]
+    fn home(&self, hash: u64) -> usize {
+        hash as usize & self.cell_mask
+    }
+
+    /// Whether position `p` holds a live entry.
+    #[inline(always)]
+    fn is_live(&self, p: u32) -> bool {
+        (p.wrapping_sub(self.head) as usize) < self.len
+    }
+
+    #[inline(always)]
+    fn slot(&self, p: u32) -> &Slot<K, V> {
+        &self.ring[p as usize & self.ring_mask]
+    }
+
+    /// Looks `key` (whose hash is `hash`) up.
     #[inline]
-    fn home(&self, tag: u64) -> usize {
-        tag as usize & (self.cells.len() - 1)
+    pub fn probe<Q>(&self, hash: u64, key: &Q) -> Probe
+    where
+        K: KeyEq<Q>,
+    {
+        let mask = self.cell_mask;
+        let tag = self.tag(hash);
+        let mut i = self.home(hash);
+        loop {
+            let c = self.cells[i];
+            let upper = c >> 32;
+            if upper == tag {
+                // A dead cell of the key may come before its live one (the key was decided and
+                // seen again): whether it is live is asked only once the key agrees.
+                let p = c as u32;
+                if self.slot(p).key.key_eq(key) && self.is_live(p) {
+                    return Probe::Found(p);
+                }
+            } else if !self.is_used(upper) {
+                return Probe::Vacant(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// The value of the live entry at position `p` (from [`probe`](Self::probe)).
+    #[inline(always)]
+    pub fn value_mut(&mut self, p: u32) -> &mut V {
+        &mut self.ring[p as usize & self.ring_mask].value
     }
 
     /// The live entry of `key` (whose hash is `hash`).
-    #[inline]
-    pub fn find_mut(&mut self, hash: u64, key: &K) -> Option<&mut V> {
-        let mask = self.cells.len() - 1;
-        let tag = hash >> 32;
-        let mut i = self.home(tag);
-        loop {
-            let c = self.cells[i];
-            if c == EMPTY {
-                return None;
-            }
-            if c >> 32 == tag {
-                let pos = c as u32 as usize;
-                if self.ring[pos].key.key_eq(key) {
-                    return Some(&mut self.ring[pos].value);
-                }
-            }
-            i = (i + 1) & mask;
+    #[cfg(test)]
+    pub fn find_mut(&mut self, hash: u64, key: &K) -> Option<&mut V>
+    where
+        K: KeyEq,
+    {
+        match self.probe(hash, key) {
+            Probe::Found(p) => Some(self.value_mut(p)),
+            Probe::Vacant(_) => None,
         }
     }
 
     /// Appends an entry for a key that is not live (the caller checked with [`find_mut`]).
     #[cfg(test)]
-    pub fn push_back(&mut self, hash: u64, key: K, value: V) {
-        *self.push_back_with(hash, key) = value;
+    pub fn push_back(&mut self, hash: u64, key: K, value: V)
+    where
+        K: KeyEq,
+    {
+        let Probe::Vacant(cell) = self.probe(hash, &key) else {
+            panic!("the key is live");
+        };
+        *self.push_back_at(cell, hash, key) = value;
     }
 
-    /// Appends an entry for a key that is not live (the caller checked with [`find_mut`]) and
-    /// returns its value to fill in, in place: building a whole value and copying it into the
-    /// ring costs twice the stores, on the path of every new key. The value still holds what an
-    /// entry that left the slot held: the caller sets every field it will read.
+    /// Appends an entry for a key that is not live, its cell going to `cell`, where its
+    /// [`probe`](Self::probe) ended (nothing changed the set since), and returns its value to fill
+    /// in, in place: building a whole value and copying it into the ring costs twice the stores,
+    /// on the path of every new key. The value still holds what an entry that left the slot
+    /// held: the caller sets every field it will read.
     #[inline]
-    pub fn push_back_with(&mut self, hash: u64, key: K) -> &mut V {
-        if self.len == self.ring.len() {
-            self.grow();
+    pub fn push_back_at(&mut self, cell: usize, hash: u64, key: K) -> &mut V {
+        let mut cell = cell;
+        if self.room == 0 {
+            self.make_room();
+            cell = self.vacant_cell(hash);
         }
-        let pos = (self.head + self.len) & (self.ring.len() - 1);
+        debug_assert!(!self.is_used(self.cells[cell] >> 32));
+        self.room -= 1;
+        let p = self.head.wrapping_add(self.len as u32);
         self.len += 1;
-        self.index(hash, pos);
-        let slot = &mut self.ring[pos];
+        self.cells[cell] = self.tag(hash) << 32 | u64::from(p);
+        let slot = &mut self.ring[p as usize & self.ring_mask];
         slot.hash = hash;
         slot.key = key;
         &mut slot.value
     }
 
+    /// The first empty cell of `hash`'s probe sequence.
     #[inline]
-    fn index(&mut self, hash: u64, pos: usize) {
-        let mask = self.cells.len() - 1;
-        let tag = hash >> 32;
-        let mut i = self.home(tag);
-        while self.cells[i] != EMPTY {
+    fn vacant_cell(&self, hash: u64) -> usize {
+        let mask = self.cell_mask;
+        let mut i = self.home(hash);
+        while self.is_used(self.cells[i] >> 32) {
             i = (i + 1) & mask;
         }
-        self.cells[i] = tag << 32 | pos as u64;
+        i
     }
 
     /// The oldest live entry.
     #[inline]
     pub fn front(&self) -> Option<&Slot<K, V>> {
-        (self.len > 0).then(|| &self.ring[self.head])
+        (self.len > 0).then(|| self.slot(self.head))
     }
 
     /// Removes and returns the oldest live entry.
@@ -124,90 +222,85 @@ impl<K: Copy + Default + KeyEq, V: Copy + Default> LiveKeys<K, V> {
         Some(slot)
     }
 
-    /// Removes the oldest live entry (if any).
+    /// Removes the oldest live entry (if any): its cell turns dead by itself.
     #[inline(always)]
     pub fn drop_front(&mut self) {
         if self.len == 0 {
             return;
         }
-        let pos = self.head;
         self.prefetch_ahead();
-        self.unindex(self.ring[pos].hash, pos);
-        self.head = (self.head + 1) & (self.ring.len() - 1);
+        self.head = self.head.wrapping_add(1);
         self.len -= 1;
     }
 
     /// Starts loading the home cell of `hash` (see [`crate::matching::keys::KeyMatcher::prefetch`]).
     #[inline]
     pub fn prefetch_home(&self, hash: u64) {
-        prefetch(&self.cells[self.home(hash >> 32)]);
+        prefetch(&self.cells[self.home(hash)]);
     }
 
     /// Asks for the entry popped a few calls from now: the front of the ring was written a whole
     /// window ago and has left the caches, and the hardware prefetcher does not look that far.
     #[inline]
     fn prefetch_ahead(&self) {
-        const AHEAD: usize = 8;
-        let mask = self.ring.len() - 1;
-        let slot = &self.ring[(self.head + AHEAD) & mask];
+        const AHEAD: u32 = 8;
+        let slot = self.slot(self.head.wrapping_add(AHEAD));
         let p = (slot as *const Slot<K, V>).cast::<u8>();
         for line in (0..std::mem::size_of::<Slot<K, V>>()).step_by(64) {
             prefetch(p.wrapping_add(line));
         }
-        // The entry half as far ahead was asked for earlier: its index cell, which removing it
-        // will search, is as cold as it was.
-        if AHEAD / 2 < self.len {
-            let soon = &self.ring[(self.head + AHEAD / 2) & mask];
-            prefetch(&self.cells[self.home(soon.hash >> 32)]);
-        }
     }
 
-    /// Erases the cell of the entry at `pos`, shifting later cells of the probe run back so that
-    /// every remaining key stays reachable from its home cell.
-    #[inline]
-    fn unindex(&mut self, hash: u64, pos: usize) {
-        let mask = self.cells.len() - 1;
-        let tag = hash >> 32;
-        let cell = tag << 32 | pos as u64;
-        let mut hole = self.home(tag);
-        while self.cells[hole] != cell {
-            debug_assert!(
-                self.cells[hole] != EMPTY,
-                "live entry missing from the index"
-            );
-            hole = (hole + 1) & mask;
-        }
-        let mut j = hole;
-        loop {
-            j = (j + 1) & mask;
-            let c = self.cells[j];
-            if c == EMPTY {
-                break;
-            }
-            // The cell at j may fill the hole unless its home lies cyclically in (hole, j].
-            let home = self.home(c >> 32);
-            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
-                self.cells[hole] = c;
-                hole = j;
-            }
-        }
-        self.cells[hole] = EMPTY;
-    }
-
-    /// Doubles the ring (entries move to positions 0..len) and rebuilds the index.
+    /// Before appending, when the appends granted are used up: grants more if the ring and the
+    /// index have room, else doubles the ring if it is full, and empties the index (doubling it
+    /// too if the ring doubled) and indexes the live entries again, in a new generation.
     #[cold]
-    fn grow(&mut self) {
-        let cap = self.ring.len();
-        let mut ring = vec![Slot::default(); 2 * cap];
-        for (i, r) in ring.iter_mut().take(self.len).enumerate() {
-            *r = self.ring[(self.head + i) & (cap - 1)];
+    #[inline(never)]
+    fn make_room(&mut self) {
+        self.used += self.granted - self.room;
+        if self.len < self.ring.len() && 2 * (self.used + 1) <= self.cells.len() {
+            self.grant();
+            return;
         }
-        self.ring = ring;
-        self.head = 0;
-        self.cells = vec![EMPTY; 4 * cap];
-        for pos in 0..self.len {
-            self.index(self.ring[pos].hash, pos);
+        if self.len == self.ring.len() {
+            let cap = self.ring.len();
+            let mut ring = vec![Slot::default(); 2 * cap];
+            for i in 0..self.len as u32 {
+                let p = self.head.wrapping_add(i);
+                ring[p as usize & (2 * cap - 1)] = *self.slot(p);
+            }
+            self.ring = ring;
+            self.ring_mask = 2 * cap - 1;
         }
+        let cells = CELLS_PER_SLOT * self.ring.len();
+        assert!(
+            cells <= 1 << 31,
+            "more live packet keys than the matcher can index"
+        );
+        if self.cells.len() != cells {
+            self.cells = vec![EMPTY; cells];
+            self.cell_mask = cells - 1;
+            self.generation = 1;
+        } else if self.generation == 255 {
+            self.cells.fill(EMPTY);
+            self.generation = 1;
+        } else {
+            self.generation += 1;
+        }
+        for i in 0..self.len as u32 {
+            let p = self.head.wrapping_add(i);
+            let hash = self.slot(p).hash;
+            let cell = self.vacant_cell(hash);
+            self.cells[cell] = self.tag(hash) << 32 | u64::from(p);
+        }
+        self.used = self.len;
+        self.grant();
+    }
+
+    /// Sets `room` to the appends the ring and the index (up to half full) have room for.
+    fn grant(&mut self) {
+        self.room = (self.ring.len() - self.len).min(self.cells.len() / 2 - self.used);
+        self.granted = self.room;
     }
 }
 
@@ -225,9 +318,10 @@ fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
-/// Key equality as the index needs it (a branch-free comparison for wide keys).
-pub(crate) trait KeyEq {
-    fn key_eq(&self, other: &Self) -> bool;
+/// Key equality as the index needs it (a branch-free comparison for wide keys), with a key of
+/// the table's type or another form of it (`Q`, what a probe is given).
+pub(crate) trait KeyEq<Q = Self> {
+    fn key_eq(&self, other: &Q) -> bool;
 }
 
 impl KeyEq for u64 {
@@ -301,9 +395,32 @@ mod tests {
 
         #[test]
         fn survives_colliding_homes_and_tags(ops in prop::collection::vec(op(), 0..600)) {
-            // Few distinct tags and homes: long probe runs, wrap-around and equal tags.
-            check(&ops, |k| (k % 5) << 32 | k)?;
+            // Few distinct homes (the low bits) and tags (the upper ones): long probe runs,
+            // wrap-around, equal tags, dead cells of the same key before its live one.
+            check(&ops, |k| (k % 5) | (k % 3) << 40)?;
         }
+    }
+
+    #[test]
+    fn emptied_index_generations_wrap_without_losing_or_reviving_keys() {
+        // A handful of live keys in the smallest table: the index is emptied every few dozen
+        // new keys, thousands of times, so the generation wraps many times; the positions
+        // start just before 2³² and wrap too.
+        let mut t: LiveKeys<u64, u64> = LiveKeys::with_capacity(16);
+        t.head = u32::MAX - 1000;
+        let h = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        for k in 0..200_000u64 {
+            t.push_back(h(k), k, k + 1);
+            if k >= 5 {
+                let s = t.pop_front().expect("not empty");
+                assert_eq!((s.key, s.value), (k - 5, k - 4));
+                // Decided keys are gone, live ones are there.
+                assert_eq!(t.find_mut(h(k - 5), &(k - 5)), None);
+                assert_eq!(t.find_mut(h(k - 4), &(k - 4)).copied(), Some(k - 3));
+            }
+        }
+        assert_eq!(t.len(), 5);
+        assert_eq!(t.cells.len(), CELLS_PER_SLOT * 16);
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub(crate) use key::key_hash;
 #[cfg(test)]
 use {
     crate::model::{MatchedMessage, Message, MessageSink, Origin},
-    key::{KEY_FLAGS, Key},
+    key::{KEY_FLAGS, Key, KeyLanes},
     keys::Seen,
     tsync_common::{PacketEvent, direction, tcp_flag},
 };

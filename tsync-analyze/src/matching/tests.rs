@@ -71,6 +71,32 @@ fn key_ignores_psh_and_urg_but_nothing_else() {
 }
 
 #[test]
+fn keys_built_in_vector_registers_are_the_plain_ones() {
+    use crate::matching::live::KeyEq;
+    let e = sample();
+    let variants: [fn(&mut PacketEvent); 6] = [
+        |_| {},
+        |e| e.tcp_flags = 0xFF,
+        |e| e.reserved = [0xAB, 0xCD],
+        |e| e.kind = tsync_common::kind::TCP_ADDON,
+        |e| (e.kind, e.tcp_flags) = (tsync_common::kind::TCP_ADDON, 0xFF),
+        |e| (e.udp_data, e.udp_len) = ([0xFF; 8], u16::MAX),
+    ];
+    for (i, vary) in variants.iter().enumerate() {
+        let mut f = e;
+        vary(&mut f);
+        assert_eq!(Key::lanes_of(&f), Key::of(&f), "variant {i}");
+        let lanes = KeyLanes::of(&f);
+        assert!(Key::of(&f).key_eq(&lanes), "variant {i}");
+        // Every byte of the key counts in the comparison.
+        for byte in 0..64 {
+            let k = Key::of(&f).with_bit_flipped(8 * byte);
+            assert!(!k.key_eq(&lanes), "variant {i}, byte {byte}");
+        }
+    }
+}
+
+#[test]
 fn copies_on_stacked_devices_are_merged_and_retransmissions_stay_ambiguous() {
     const US: i64 = 1_000;
     // Node 0 sends through a bridge (ifindex 5) and its port (2); node 1 receives on its NIC

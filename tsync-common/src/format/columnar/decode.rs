@@ -199,7 +199,9 @@ impl Rows<'_, '_> {
     ) -> Option<Varint> {
         let mut bad = None;
         let flows = &mut *self.flows;
-        let (seqs, acks) = (&mut *self.seqs, &mut *self.acks);
+        // The cursors are copied here and put back at the end, so that the loop keeps them in
+        // registers instead of writing them back to memory after every varint.
+        let (mut seqs, mut acks) = (*self.seqs, *self.acks);
         // Every field of every event is written below: no need to zero what is kept.
         let n = self.ids.len();
         out.resize(n, PacketEvent::default());
@@ -252,6 +254,7 @@ impl Rows<'_, '_> {
             reverse.ack = next_seq;
             reverse.reverse_seen = true;
         }
+        (*self.seqs, *self.acks) = (seqs, acks);
         bad
     }
 }

@@ -110,6 +110,7 @@ pub(crate) fn put_section(out: &mut Vec<u8>, bytes: &[u8]) {
 pub(crate) type DecodeError = String;
 
 /// A cursor over a byte string that fails, rather than panics, on reading past its end.
+#[derive(Clone, Copy)]
 pub(crate) struct Section<'a> {
     bytes: &'a [u8],
     /// What the section holds, for messages.
