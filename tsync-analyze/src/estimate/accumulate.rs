@@ -115,6 +115,21 @@ impl PairAccumulator {
         };
     }
 
+    /// Takes the pairs of accumulators that each saw a disjoint set of pairs (`spread.rs`).
+    /// Their order differs from the one-accumulator pass's, which nothing depends on: the
+    /// finishing sorts the pairs by trace indices.
+    pub(super) fn adopt(&mut self, parts: Vec<PairAccumulator>) {
+        debug_assert!(self.pairs.is_empty(), "adopting into a used accumulator");
+        let total = parts.iter().map(|p| p.pairs.len()).sum();
+        self.pairs.reserve_exact(total);
+        for state in parts.into_iter().flat_map(|p| p.pairs) {
+            let slot = self.pairs.len() as u32;
+            self.index.insert(state.a, state.b, slot);
+            self.pairs.push(state);
+        }
+        self.last = LastPair::default();
+    }
+
     /// Adds one message.
     #[inline(always)]
     pub fn add(&mut self, m: &Message) {
