@@ -20,7 +20,7 @@ pub mod joint;
 pub mod linreg;
 pub mod network;
 mod pair;
-mod parallel;
+pub(crate) mod parallel;
 mod piecewise;
 pub mod reduction;
 mod result;

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::estimate::accuracy::AccuracyStats;
 use crate::estimate::corridor::Quality;
+use crate::estimate::parallel::map_in_order;
 use crate::estimate::timebase::TimebaseChoice;
 use crate::estimate::{LimitLine, PairResult, PairSegment, SyncResult, TraceResult};
 use crate::matching::MatchStats;
@@ -308,7 +309,7 @@ pub fn write_json(r: &SyncResult, out: impl std::io::Write) -> serde_json::Resul
     // The keys in alphabetical order, as the value's map sorts them.
     m.serialize_entry("algorithm", r.algorithm.as_str())?;
     m.serialize_entry("matching", &serde_json::to_value(&r.matching)?)?;
-    m.serialize_entry("pairs", &each(r.pairs.iter().map(PairDocument::from)))?;
+    m.serialize_entry("pairs", &PairDocuments(r))?;
     m.serialize_entry("reduction", r.reduction.as_str())?;
     m.serialize_entry(
         "traces",
@@ -316,6 +317,52 @@ pub fn write_json(r: &SyncResult, out: impl std::io::Write) -> serde_json::Resul
     )?;
     m.serialize_entry("warnings", &r.warnings)?;
     SerializeMap::end(m)
+}
+
+/// The pairs of `sync --json`, printed on the finishing's threads a chunk at a time (hundreds of
+/// thousands of pairs in a large mesh: one thread would spend seconds on them while the others
+/// wait), then written in order. Each pair is printed as [`write_json`] would print it at its
+/// depth (elements of `pairs`, two levels down): pretty JSON holds line breaks only between
+/// tokens (a string's are escaped), so indenting after each one moves the pair down.
+struct PairDocuments<'a>(&'a SyncResult);
+
+/// Pairs printed per round on the threads: a bound on the text held at once.
+const PAIR_CHUNK: usize = 4096;
+
+impl Serialize for PairDocuments<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let r = self.0;
+        let mut seq = s.serialize_seq(None)?;
+        for chunk in r.pairs.chunks(PAIR_CHUNK) {
+            let printed = map_in_order(r.threads(), chunk.iter().collect(), printed_pair);
+            for pair in printed {
+                let raw = pair.map_err(serde::ser::Error::custom)?;
+                seq.serialize_element(&raw)?;
+            }
+        }
+        SerializeSeq::end(seq)
+    }
+}
+
+/// One pair's document, pretty-printed with sorted keys at the depth of an element of `pairs`.
+fn printed_pair(p: &PairResult) -> serde_json::Result<Box<serde_json::value::RawValue>> {
+    let value = serde_json::to_value(PairDocument::from(p))?;
+    let mut text = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(
+        &mut text,
+        serde_json::ser::PrettyFormatter::with_indent(b"  "),
+    );
+    value.serialize(&mut ser)?;
+    let mut indented = Vec::with_capacity(text.len() + text.len() / 8);
+    for &byte in &text {
+        indented.push(byte);
+        if byte == b'\n' {
+            indented.extend_from_slice(b"    ");
+        }
+    }
+    let indented = String::from_utf8(indented).map_err(serde::ser::Error::custom)?;
+    serde_json::value::RawValue::from_string(indented)
 }
 
 fn us(ns: f64) -> String {
