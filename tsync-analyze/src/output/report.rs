@@ -279,90 +279,98 @@ pub fn to_json(r: &SyncResult) -> Value {
 /// Writes the `sync --json` document, pretty-printed, exactly as [`to_json`] would print: every
 /// object's keys in alphabetical order. The pairs and traces go out one by one, each through its
 /// own small value, so that memory does not hold the whole document (a mesh of hundreds of traces
-/// has hundreds of thousands of pairs: the whole value tree would take kilobytes per pair).
-pub fn write_json(r: &SyncResult, out: impl std::io::Write) -> serde_json::Result<()> {
-    use serde::ser::{SerializeMap, SerializeSeq, Serializer};
-
-    /// A sequence serialized element by element, each turned into a value (sorted keys) first.
-    struct Each<I>(std::cell::RefCell<Option<I>>);
-
-    impl<I: Iterator<Item = T>, T: Serialize> Serialize for Each<I> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            let items = self.0.borrow_mut().take().into_iter().flatten();
-            let mut seq = s.serialize_seq(None)?;
-            for item in items {
-                let value = serde_json::to_value(&item).map_err(serde::ser::Error::custom)?;
-                seq.serialize_element(&value)?;
-            }
-            SerializeSeq::end(seq)
+/// has hundreds of thousands of pairs: the whole value tree would take kilobytes per pair). The
+/// pairs are printed on the finishing's threads, a chunk at a time (one thread would spend
+/// seconds on them while the others wait), and written in order.
+pub fn write_json(r: &SyncResult, mut out: impl std::io::Write) -> serde_json::Result<()> {
+    let io = serde_json::Error::io;
+    // The keys in alphabetical order, as the value's map sorts them.
+    out.write_all(b"{\n  \"algorithm\": ").map_err(io)?;
+    out.write_all(&pretty_at(&r.algorithm.as_str(), 1)?)
+        .map_err(io)?;
+    out.write_all(b",\n  \"matching\": ").map_err(io)?;
+    out.write_all(&pretty_at(&serde_json::to_value(&r.matching)?, 1)?)
+        .map_err(io)?;
+    out.write_all(b",\n  \"pairs\": ").map_err(io)?;
+    let mut pairs = Elements::new(&mut out);
+    for chunk in r.pairs.chunks(PAIR_CHUNK) {
+        let printed = map_in_order(r.threads(), chunk.iter().collect(), |p| {
+            pretty_at(&serde_json::to_value(PairDocument::from(p))?, 2)
+        });
+        for pair in printed {
+            pairs.write(&pair?)?;
         }
     }
-
-    fn each<I>(items: I) -> Each<I> {
-        Each(std::cell::RefCell::new(Some(items)))
+    pairs.end()?;
+    out.write_all(b",\n  \"reduction\": ").map_err(io)?;
+    out.write_all(&pretty_at(&r.reduction.as_str(), 1)?)
+        .map_err(io)?;
+    out.write_all(b",\n  \"traces\": ").map_err(io)?;
+    let mut traces = Elements::new(&mut out);
+    for t in &r.traces {
+        traces.write(&pretty_at(
+            &serde_json::to_value(TraceDocument::new(r, t))?,
+            2,
+        )?)?;
     }
-    let mut ser = serde_json::Serializer::with_formatter(
-        out,
-        serde_json::ser::PrettyFormatter::with_indent(b"  "),
-    );
-    let mut m = ser.serialize_map(None)?;
-    // The keys in alphabetical order, as the value's map sorts them.
-    m.serialize_entry("algorithm", r.algorithm.as_str())?;
-    m.serialize_entry("matching", &serde_json::to_value(&r.matching)?)?;
-    m.serialize_entry("pairs", &PairDocuments(r))?;
-    m.serialize_entry("reduction", r.reduction.as_str())?;
-    m.serialize_entry(
-        "traces",
-        &each(r.traces.iter().map(|t| TraceDocument::new(r, t))),
-    )?;
-    m.serialize_entry("warnings", &r.warnings)?;
-    SerializeMap::end(m)
+    traces.end()?;
+    out.write_all(b",\n  \"warnings\": ").map_err(io)?;
+    out.write_all(&pretty_at(&r.warnings, 1)?).map_err(io)?;
+    out.write_all(b"\n}").map_err(io)
 }
-
-/// The pairs of `sync --json`, printed on the finishing's threads a chunk at a time (hundreds of
-/// thousands of pairs in a large mesh: one thread would spend seconds on them while the others
-/// wait), then written in order. Each pair is printed as [`write_json`] would print it at its
-/// depth (elements of `pairs`, two levels down): pretty JSON holds line breaks only between
-/// tokens (a string's are escaped), so indenting after each one moves the pair down.
-struct PairDocuments<'a>(&'a SyncResult);
 
 /// Pairs printed per round on the threads: a bound on the text held at once.
 const PAIR_CHUNK: usize = 4096;
 
-impl Serialize for PairDocuments<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
-        let r = self.0;
-        let mut seq = s.serialize_seq(None)?;
-        for chunk in r.pairs.chunks(PAIR_CHUNK) {
-            let printed = map_in_order(r.threads(), chunk.iter().collect(), printed_pair);
-            for pair in printed {
-                let raw = pair.map_err(serde::ser::Error::custom)?;
-                seq.serialize_element(&raw)?;
+/// `value` pretty-printed as it appears `depth` levels down in the document (its lines after the
+/// first indented by `depth` steps): printed as the only element of `depth` nested arrays, whose
+/// brackets and indentation are then cut off.
+fn pretty_at(value: &impl Serialize, depth: usize) -> serde_json::Result<Vec<u8>> {
+    struct Nested<'a, T>(&'a T, usize);
+    impl<T: Serialize> Serialize for Nested<'_, T> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            match self.1 {
+                0 => self.0.serialize(s),
+                d => [Nested(self.0, d - 1)].serialize(s),
             }
         }
-        SerializeSeq::end(seq)
     }
-}
-
-/// One pair's document, pretty-printed with sorted keys at the depth of an element of `pairs`.
-fn printed_pair(p: &PairResult) -> serde_json::Result<Box<serde_json::value::RawValue>> {
-    let value = serde_json::to_value(PairDocument::from(p))?;
     let mut text = Vec::new();
     let mut ser = serde_json::Serializer::with_formatter(
         &mut text,
         serde_json::ser::PrettyFormatter::with_indent(b"  "),
     );
-    value.serialize(&mut ser)?;
-    let mut indented = Vec::with_capacity(text.len() + text.len() / 8);
-    for &byte in &text {
-        indented.push(byte);
-        if byte == b'\n' {
-            indented.extend_from_slice(b"    ");
-        }
+    Nested(value, depth).serialize(&mut ser)?;
+    let open: usize = (1..=depth).map(|d| 2 + 2 * d).sum();
+    let close: usize = (0..depth).map(|d| 2 + 2 * d).sum();
+    text.truncate(text.len() - close);
+    text.drain(..open);
+    Ok(text)
+}
+
+/// An array of the document written element by element, two levels down, as the pretty printer
+/// lays it out: `[]` when empty, else each element on its own line.
+struct Elements<W: std::io::Write> {
+    out: W,
+    any: bool,
+}
+
+impl<W: std::io::Write> Elements<W> {
+    fn new(out: W) -> Self {
+        Elements { out, any: false }
     }
-    let indented = String::from_utf8(indented).map_err(serde::ser::Error::custom)?;
-    serde_json::value::RawValue::from_string(indented)
+
+    fn write(&mut self, printed: &[u8]) -> serde_json::Result<()> {
+        let sep: &[u8] = if self.any { b",\n    " } else { b"[\n    " };
+        self.any = true;
+        self.out.write_all(sep).map_err(serde_json::Error::io)?;
+        self.out.write_all(printed).map_err(serde_json::Error::io)
+    }
+
+    fn end(mut self) -> serde_json::Result<()> {
+        let end: &[u8] = if self.any { b"\n  ]" } else { b"[]" };
+        self.out.write_all(end).map_err(serde_json::Error::io)
+    }
 }
 
 fn us(ns: f64) -> String {
@@ -594,9 +602,14 @@ mod tests {
         names_lone.push("alone".into());
         let r = sync_messages(&names_lone, v, &SyncOptions::default(), None);
         assert!(!r.warnings.is_empty());
-        let mut streamed = Vec::new();
-        write_json(&r, &mut streamed).unwrap();
-        let printed = serde_json::to_string_pretty(&to_json(&r)).unwrap();
-        assert_eq!(String::from_utf8(streamed).unwrap(), printed);
+        // And a result without pairs (empty arrays print as `[]`).
+        let empty = sync_messages(&names, Vec::new(), &SyncOptions::default(), None);
+        assert!(empty.pairs.is_empty());
+        for r in [&r, &empty] {
+            let mut streamed = Vec::new();
+            write_json(r, &mut streamed).unwrap();
+            let printed = serde_json::to_string_pretty(&to_json(r)).unwrap();
+            assert_eq!(String::from_utf8(streamed).unwrap(), printed);
+        }
     }
 }
