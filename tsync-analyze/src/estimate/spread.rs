@@ -10,9 +10,8 @@
 //! Same result whatever the number of threads: a pair lives on one worker, which sees its
 //! messages (and exchanges) in input order, so every pair's state is exactly the one-thread
 //! pass's (the order of the pairs themselves differs, and does not matter: the finishing sorts
-//! them by trace indices). Memory: the
-//! pairs are split, not copied; what is in flight is bounded ([`BATCH`] × [`IN_FLIGHT`] per
-//! worker).
+//! them by trace indices). Memory: the pairs are split, not copied; what is in flight is
+//! bounded ([`BATCH`] messages, and at most as many exchanges, × [`IN_FLIGHT`] per worker).
 //!
 //! Trace files already spread their matching over the threads (`matching/parallel.rs`), which
 //! leaves no core to spare: inputs with a trace file keep the one-thread accumulation.
