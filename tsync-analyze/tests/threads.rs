@@ -18,29 +18,40 @@ const THREADS: [usize; 3] = [1, 2, 7];
 /// A full mesh of `n` traces with drifting clocks (tsync-sim's trace files: one TCP connection
 /// per pair, cumulative ACKs, so exchanges are found too).
 fn mesh(dir: &Path, n: usize, messages: u64) -> Vec<PathBuf> {
-    let clocks = (0..n)
-        .map(|k| LinearClock {
-            offset_ns: (k as f64 * 7.3 - 11.0) * 1e9,
-            drift_ppm: (k as f64 * 37.0) % 150.0 - 70.0,
-        })
-        .collect();
+    let clock = |k: usize| LinearClock {
+        offset_ns: (k as f64 * 7.3 - 11.0) * 1e9,
+        drift_ppm: (k as f64 * 37.0) % 150.0 - 70.0,
+    };
+    let w = full_mesh(n, clock, messages, 50_000.0, 40_000.0, 7);
+    w.write_traces(dir).unwrap()
+}
+
+/// A full mesh of `n` traces on `clock(k)`, starting at 20 s, a message every `interval_ns`,
+/// delays of 20 µs plus an exponential tail of mean `tail_ns`.
+fn full_mesh(
+    n: usize,
+    clock: impl Fn(usize) -> LinearClock,
+    messages: u64,
+    interval_ns: f64,
+    tail_ns: f64,
+    seed: u64,
+) -> Workload {
     let links = (0..n as u32)
         .flat_map(|a| (a + 1..n as u32).map(move |b| (a, b)))
         .collect();
-    let w = Workload {
-        clocks,
+    Workload {
+        clocks: (0..n).map(clock).collect(),
         links,
         messages,
         start_ns: 20e9,
-        interval_ns: 50_000.0,
+        interval_ns,
         delay: Delay {
             min_ns: 20_000.0,
-            tail: DelayTail::Exponential { mean_ns: 40_000.0 },
+            tail: DelayTail::Exponential { mean_ns: tail_ns },
             max_ns: 5_020_000.0,
         },
-        seed: 7,
-    };
-    w.write_traces(dir).unwrap()
+        seed,
+    }
 }
 
 fn segment(ts: u64, dir: u8, src: u8, dst: u8, port: u16, seq: u32, payload: u16) -> PacketEvent {
@@ -419,4 +430,26 @@ fn samples_losses_and_damage_between_chunks_give_the_same_results_on_any_number_
     assert!(said("the kernel lost"), "{:?}", stats.warnings);
     let scratch = tempfile::tempdir().unwrap();
     same_outputs(&paths, scratch.path());
+}
+
+/// A full mesh of `n` traces as a text message file (many pairs, a few messages each: the
+/// message pass splits them over the threads by pair).
+fn text_mesh(path: &Path, n: usize, messages: u64, seed: u64) {
+    let clock = |k: usize| LinearClock {
+        offset_ns: (k as f64 * 0.37 - 5.0) * 1e9,
+        drift_ppm: (k as f64 * 53.0) % 180.0 - 90.0,
+    };
+    let w = full_mesh(n, clock, messages, 20_000.0, 30_000.0, seed);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    w.write_text(&mut out).unwrap();
+}
+
+#[test]
+fn text_message_files_give_the_same_results_on_any_number_of_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (big, small) = (dir.path().join("mesh.txt"), dir.path().join("small.txt"));
+    text_mesh(&big, 30, 20_000, 11);
+    text_mesh(&small, 4, 2_000, 12);
+    let scratch = tempfile::tempdir().unwrap();
+    same_outputs(&[big, small], scratch.path());
 }

@@ -115,6 +115,21 @@ impl PairAccumulator {
         };
     }
 
+    /// Takes the pairs of accumulators that each saw a disjoint set of pairs (`spread.rs`).
+    /// Their order differs from the one-accumulator pass's, which nothing depends on: the
+    /// finishing sorts the pairs by trace indices.
+    pub(super) fn adopt(&mut self, parts: Vec<PairAccumulator>) {
+        debug_assert!(self.pairs.is_empty(), "adopting into a used accumulator");
+        let total = parts.iter().map(|p| p.pairs.len()).sum();
+        self.pairs.reserve_exact(total);
+        for state in parts.into_iter().flat_map(|p| p.pairs) {
+            let slot = self.pairs.len() as u32;
+            self.index.insert(state.a, state.b, slot);
+            self.pairs.push(state);
+        }
+        self.last = LastPair::default();
+    }
+
     /// Adds one message.
     #[inline(always)]
     pub fn add(&mut self, m: &Message) {
@@ -181,5 +196,71 @@ impl MessageSink for PairAccumulator {
 
     fn wants_events(&self) -> bool {
         false
+    }
+}
+
+/// Puts `pairs` in (a, b) order, the order of the results. A pair's state is a few hundred
+/// bytes and a large mesh has hundreds of thousands of pairs: the keys are sorted, then each
+/// state moves once (following the permutation's cycles), where sorting the states themselves
+/// would copy each of them many times.
+pub(super) fn sort_by_pair(pairs: &mut [PairState]) {
+    let mut order: Vec<(u32, u32, usize)> = pairs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.a, p.b, i))
+        .collect();
+    order.sort_unstable();
+    // from[k]: where the state that belongs at k is now.
+    let mut from: Vec<usize> = order.into_iter().map(|(_, _, i)| i).collect();
+    for start in 0..from.len() {
+        let mut at = start;
+        loop {
+            let next = from[at];
+            from[at] = at;
+            if next == start {
+                break;
+            }
+            pairs.swap(at, next);
+            at = next;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sorting_by_pair_moves_every_state_to_its_place() {
+        // Permutations with long cycles, fixed points and 2-cycles.
+        for (n, step) in [
+            (0usize, 1usize),
+            (1, 1),
+            (7, 3),
+            (100, 37),
+            (64, 1),
+            (50, 49),
+        ] {
+            let mut pairs: Vec<PairState> = (0..n)
+                .map(|i| {
+                    let k = (i * step + n / 3) % n.max(1);
+                    let mut p = PairState::new(k as u32 / 10, k as u32 % 10 + 1000);
+                    p.messages_ab = k as u64;
+                    p
+                })
+                .collect();
+            sort_by_pair(&mut pairs);
+            let keys: Vec<u64> = pairs.iter().map(|p| p.messages_ab).collect();
+            assert_eq!(
+                keys,
+                (0..n as u64).collect::<Vec<_>>(),
+                "n {n}, step {step}"
+            );
+            assert!(
+                pairs
+                    .windows(2)
+                    .all(|w| (w[0].a, w[0].b) < (w[1].a, w[1].b))
+            );
+        }
     }
 }

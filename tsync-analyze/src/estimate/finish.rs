@@ -2,7 +2,7 @@
 //! not used, the reduction of pair maps into one map per trace (joint or path), and the maps
 //! carried back onto each trace's recorded clock.
 
-use crate::estimate::accumulate::PairAccumulator;
+use crate::estimate::accumulate::{PairAccumulator, sort_by_pair};
 use crate::estimate::corridor::Quality;
 use crate::estimate::joint::{self, JointEdge, ReductionChoice};
 use crate::estimate::pair::pair_result;
@@ -25,15 +25,16 @@ pub fn finish(
     let mut timebases = acc.timebases;
     timebases.settle_bounds();
     let threads = options.matching.thread_count();
-    let accumulated: Vec<_> = acc.pairs.into_iter().collect();
-    let mut pairs: Vec<PairResult> = map_in_order(threads, accumulated, |p| {
+    let mut accumulated = acc.pairs;
+    sort_by_pair(&mut accumulated);
+    // In (a, b) order, as the states are.
+    let pairs: Vec<PairResult> = map_in_order(threads, accumulated, |p| {
         // Converted times may be off by the conversions' bounds: the hull points move
         // outward by that much (the slope is within 0.1 % of 1) so that every interval
         // still holds the true line between the raw clocks.
         let relax = (timebases.bound_ns(p.a) * 1.001 + timebases.bound_ns(p.b)).ceil() as i64;
         pair_result(p, options, relax)
     });
-    pairs.sort_by_key(|p| (p.a, p.b));
     let name = |i: u32| &trace_names[i as usize];
     let mut edges = Vec::new();
     for p in &pairs {

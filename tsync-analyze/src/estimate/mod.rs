@@ -20,11 +20,12 @@ pub mod joint;
 pub mod linreg;
 pub mod network;
 mod pair;
-mod parallel;
+pub(crate) mod parallel;
 mod piecewise;
 pub mod reduction;
 mod result;
 mod segments;
+mod spread;
 pub mod timebase;
 mod warnings;
 
@@ -141,7 +142,11 @@ pub fn run(
     let (pass, mut acc) = Pass::start(inputs, options)?;
     let mut matching = options.matching.clone();
     matching.exchanges |= options.algorithm == Algorithm::Linreg;
-    let stats = inputs.for_each_message_in(&matching, &mut acc, progress)?;
+    let stats = if spread::applies(inputs, &matching) {
+        spread::pass(inputs, &matching, &mut acc, progress)?
+    } else {
+        inputs.for_each_message_in(&matching, &mut acc, progress)?
+    };
     Ok(pass.finish(acc, inputs, stats, options))
 }
 

@@ -25,8 +25,9 @@ where
 
 /// The pool of `threads` threads, started on first use and kept for the process (every
 /// use in one `sync` shares it). Memory: results built on the workers come from their own malloc
-/// arenas, which cannot reuse what the freed accumulators leave in the main thread's, so the
-/// peak holds both (418 → 540 MB on the 600-trace benchmark with 2 threads; docs/analyzer.md).
+/// arenas, which cannot reuse what freed accumulators leave in the main thread's, so the peak
+/// holds both (418 → 540 MB on the 600-trace benchmark with 2 threads when its pass ran on the
+/// main thread; docs/analyzer.md).
 fn pool(threads: usize) -> Option<Arc<rayon::ThreadPool>> {
     static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
     if threads <= 1 {

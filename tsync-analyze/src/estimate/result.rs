@@ -220,6 +220,11 @@ pub struct SyncResult {
 }
 
 impl SyncResult {
+    /// The threads the queries' searches use (`--threads`; 0 or 1: the calling thread).
+    pub(crate) fn threads(&self) -> usize {
+        self.network.threads()
+    }
+
     /// The pair (a, b), in either order.
     pub fn pair(&self, a: u32, b: u32) -> Option<&PairResult> {
         let (a, b) = (a.min(b), a.max(b));

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::estimate::accuracy::AccuracyStats;
 use crate::estimate::corridor::Quality;
+use crate::estimate::parallel::map_in_order;
 use crate::estimate::timebase::TimebaseChoice;
 use crate::estimate::{LimitLine, PairResult, PairSegment, SyncResult, TraceResult};
 use crate::matching::MatchStats;
@@ -104,9 +105,9 @@ fn intervals(r: &SyncResult, t: &TraceResult) -> (Option<IntervalDocument>, Vec<
 /// (the first piece also before, the last after).
 #[derive(Serialize)]
 struct PieceDocument {
-    start_ns: f64,
     drift: f64,
     offset_ns: f64,
+    start_ns: f64,
 }
 
 /// The pieces of a map; a first piece without an earlier bound starts at 0 (it applies before
@@ -129,15 +130,33 @@ fn pieces(map: &PiecewiseMap) -> Vec<PieceDocument> {
 /// One segment of a pair.
 #[derive(Serialize)]
 struct SegmentDocument {
-    start_ns: i64,
-    end_ns: i64,
-    quality: Quality,
     a0_ns: Option<f64>,
     a1: Option<f64>,
-    accuracy_ns: Option<AccuracyStats>,
+    accuracy_ns: Option<AccuracyDocument>,
     bend_ns: f64,
+    end_ns: i64,
     messages_ab: u64,
     messages_ba: u64,
+    quality: Quality,
+    start_ns: i64,
+}
+
+/// A pair's or segment's [`AccuracyStats`], keys in order.
+#[derive(Serialize)]
+struct AccuracyDocument {
+    best: f64,
+    mean: f64,
+    worst: f64,
+}
+
+impl From<&AccuracyStats> for AccuracyDocument {
+    fn from(a: &AccuracyStats) -> Self {
+        AccuracyDocument {
+            best: a.best,
+            mean: a.mean,
+            worst: a.worst,
+        }
+    }
 }
 
 impl From<&PairSegment> for SegmentDocument {
@@ -148,7 +167,10 @@ impl From<&PairSegment> for SegmentDocument {
             quality: s.quality,
             a0_ns: s.estimate.map(|e| e.offset_ns),
             a1: s.estimate.map(|e| e.drift),
-            accuracy_ns: s.accuracy.as_ref().map(|a| a.stats),
+            accuracy_ns: s
+                .accuracy
+                .as_ref()
+                .map(|a| AccuracyDocument::from(&a.stats)),
             bend_ns: s.bend_ns,
             messages_ab: s.messages_ab,
             messages_ba: s.messages_ba,
@@ -198,38 +220,40 @@ impl From<&LimitLine> for LineDocument {
 /// The regression's figures of a `linreg` pair.
 #[derive(Serialize)]
 struct LinRegDocument {
+    mean_error_ns: f64,
+    residual_std_ns: Option<f64>,
     samples: u64,
     used: u64,
-    residual_std_ns: Option<f64>,
-    mean_error_ns: f64,
 }
 
 /// One pair (a < b): the estimate `t_b = a0_ns + a1 · t_a`, the limit lines, the guaranteed
-/// interval's width. Extra fields appear only where they apply.
+/// interval's width. Extra fields appear only where they apply. The fields (and those of the
+/// documents inside) are in the order the printed keys are sorted in: [`write_json`] prints a
+/// pair directly, without a value to sort them (a report test compares it with [`to_json`]).
 #[derive(Serialize)]
 struct PairDocument {
     a: u32,
-    b: u32,
-    quality: Quality,
     a0_ns: Option<f64>,
     a1: Option<f64>,
-    minslope: Option<LineDocument>,
-    maxslope: Option<LineDocument>,
-    messages_ab: u64,
-    messages_ba: u64,
-    hull_points_ab: usize,
-    hull_points_ba: usize,
-    accuracy_ns: Option<AccuracyStats>,
-    out_of_order: u64,
+    accuracy_ns: Option<AccuracyDocument>,
     #[serde(skip_serializing_if = "Option::is_none")]
     approx_error_ns: Option<f64>,
+    b: u32,
+    hull_points_ab: usize,
+    hull_points_ba: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     linreg: Option<LinRegDocument>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    span_ns: Option<[i64; 2]>,
+    map: Option<Vec<PieceDocument>>,
+    maxslope: Option<LineDocument>,
+    messages_ab: u64,
+    messages_ba: u64,
+    minslope: Option<LineDocument>,
+    out_of_order: u64,
+    quality: Quality,
     segments: Vec<SegmentDocument>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    map: Option<Vec<PieceDocument>>,
+    span_ns: Option<[i64; 2]>,
 }
 
 impl From<&PairResult> for PairDocument {
@@ -246,7 +270,10 @@ impl From<&PairResult> for PairDocument {
             messages_ba: p.messages_ba,
             hull_points_ab: p.hull_ab.len(),
             hull_points_ba: p.hull_ba.len(),
-            accuracy_ns: p.accuracy.as_ref().map(|a| a.stats),
+            accuracy_ns: p
+                .accuracy
+                .as_ref()
+                .map(|a| AccuracyDocument::from(&a.stats)),
             out_of_order: p.out_of_order,
             approx_error_ns: p.approx_error_ns,
             linreg: p.linreg.as_ref().map(|l| LinRegDocument {
@@ -278,44 +305,98 @@ pub fn to_json(r: &SyncResult) -> Value {
 /// Writes the `sync --json` document, pretty-printed, exactly as [`to_json`] would print: every
 /// object's keys in alphabetical order. The pairs and traces go out one by one, each through its
 /// own small value, so that memory does not hold the whole document (a mesh of hundreds of traces
-/// has hundreds of thousands of pairs: the whole value tree would take kilobytes per pair).
-pub fn write_json(r: &SyncResult, out: impl std::io::Write) -> serde_json::Result<()> {
-    use serde::ser::{SerializeMap, SerializeSeq, Serializer};
-
-    /// A sequence serialized element by element, each turned into a value (sorted keys) first.
-    struct Each<I>(std::cell::RefCell<Option<I>>);
-
-    impl<I: Iterator<Item = T>, T: Serialize> Serialize for Each<I> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            let items = self.0.borrow_mut().take().into_iter().flatten();
-            let mut seq = s.serialize_seq(None)?;
-            for item in items {
-                let value = serde_json::to_value(&item).map_err(serde::ser::Error::custom)?;
-                seq.serialize_element(&value)?;
-            }
-            SerializeSeq::end(seq)
+/// has hundreds of thousands of pairs: the whole value tree would take kilobytes per pair). The
+/// pairs are printed on the finishing's threads, a chunk at a time (one thread would spend
+/// seconds on them while the others wait), and written in order.
+pub fn write_json(r: &SyncResult, mut out: impl std::io::Write) -> serde_json::Result<()> {
+    let io = serde_json::Error::io;
+    // The keys in alphabetical order, as the value's map sorts them.
+    out.write_all(b"{\n  \"algorithm\": ").map_err(io)?;
+    out.write_all(&pretty_at(&r.algorithm.as_str(), 1)?)
+        .map_err(io)?;
+    out.write_all(b",\n  \"matching\": ").map_err(io)?;
+    out.write_all(&pretty_at(&serde_json::to_value(&r.matching)?, 1)?)
+        .map_err(io)?;
+    out.write_all(b",\n  \"pairs\": ").map_err(io)?;
+    let mut pairs = Elements::new(&mut out);
+    for chunk in r.pairs.chunks(PAIR_CHUNK) {
+        let printed = map_in_order(r.threads(), chunk.iter().collect(), |p| {
+            pretty_at(&PairDocument::from(p), 2)
+        });
+        for pair in printed {
+            pairs.write(&pair?)?;
         }
     }
-
-    fn each<I>(items: I) -> Each<I> {
-        Each(std::cell::RefCell::new(Some(items)))
+    pairs.end()?;
+    out.write_all(b",\n  \"reduction\": ").map_err(io)?;
+    out.write_all(&pretty_at(&r.reduction.as_str(), 1)?)
+        .map_err(io)?;
+    out.write_all(b",\n  \"traces\": ").map_err(io)?;
+    let mut traces = Elements::new(&mut out);
+    for t in &r.traces {
+        traces.write(&pretty_at(
+            &serde_json::to_value(TraceDocument::new(r, t))?,
+            2,
+        )?)?;
     }
+    traces.end()?;
+    out.write_all(b",\n  \"warnings\": ").map_err(io)?;
+    out.write_all(&pretty_at(&r.warnings, 1)?).map_err(io)?;
+    out.write_all(b"\n}").map_err(io)
+}
+
+/// Pairs printed per round on the threads: a bound on the text held at once.
+const PAIR_CHUNK: usize = 4096;
+
+/// `value` pretty-printed as it appears `depth` levels down in the document (its lines after the
+/// first indented by `depth` steps): printed as the only element of `depth` nested arrays, whose
+/// brackets and indentation are then cut off.
+fn pretty_at(value: &impl Serialize, depth: usize) -> serde_json::Result<Vec<u8>> {
+    struct Nested<'a, T>(&'a T, usize);
+    impl<T: Serialize> Serialize for Nested<'_, T> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            match self.1 {
+                0 => self.0.serialize(s),
+                d => [Nested(self.0, d - 1)].serialize(s),
+            }
+        }
+    }
+    let mut text = Vec::new();
     let mut ser = serde_json::Serializer::with_formatter(
-        out,
+        &mut text,
         serde_json::ser::PrettyFormatter::with_indent(b"  "),
     );
-    let mut m = ser.serialize_map(None)?;
-    // The keys in alphabetical order, as the value's map sorts them.
-    m.serialize_entry("algorithm", r.algorithm.as_str())?;
-    m.serialize_entry("matching", &serde_json::to_value(&r.matching)?)?;
-    m.serialize_entry("pairs", &each(r.pairs.iter().map(PairDocument::from)))?;
-    m.serialize_entry("reduction", r.reduction.as_str())?;
-    m.serialize_entry(
-        "traces",
-        &each(r.traces.iter().map(|t| TraceDocument::new(r, t))),
-    )?;
-    m.serialize_entry("warnings", &r.warnings)?;
-    SerializeMap::end(m)
+    Nested(value, depth).serialize(&mut ser)?;
+    let open: usize = (1..=depth).map(|d| 2 + 2 * d).sum();
+    let close: usize = (0..depth).map(|d| 2 + 2 * d).sum();
+    text.truncate(text.len() - close);
+    text.drain(..open);
+    Ok(text)
+}
+
+/// An array of the document written element by element, two levels down, as the pretty printer
+/// lays it out: `[]` when empty, else each element on its own line.
+struct Elements<W: std::io::Write> {
+    out: W,
+    any: bool,
+}
+
+impl<W: std::io::Write> Elements<W> {
+    fn new(out: W) -> Self {
+        Elements { out, any: false }
+    }
+
+    fn write(&mut self, printed: &[u8]) -> serde_json::Result<()> {
+        let sep: &[u8] = if self.any { b",\n    " } else { b"[\n    " };
+        self.any = true;
+        self.out.write_all(sep).map_err(serde_json::Error::io)?;
+        self.out.write_all(printed).map_err(serde_json::Error::io)
+    }
+
+    fn end(mut self) -> serde_json::Result<()> {
+        let end: &[u8] = if self.any { b"\n  ]" } else { b"[]" };
+        self.out.write_all(end).map_err(serde_json::Error::io)
+    }
 }
 
 fn us(ns: f64) -> String {
@@ -545,11 +626,23 @@ mod tests {
         // A lone trace and a warning too.
         let mut names_lone = names.clone();
         names_lone.push("alone".into());
-        let r = sync_messages(&names_lone, v, &SyncOptions::default(), None);
+        let r = sync_messages(&names_lone, v.clone(), &SyncOptions::default(), None);
         assert!(!r.warnings.is_empty());
-        let mut streamed = Vec::new();
-        write_json(&r, &mut streamed).unwrap();
-        let printed = serde_json::to_string_pretty(&to_json(&r)).unwrap();
-        assert_eq!(String::from_utf8(streamed).unwrap(), printed);
+        // The regression's figures too.
+        let linreg = SyncOptions {
+            algorithm: crate::estimate::Algorithm::Linreg,
+            ..SyncOptions::default()
+        };
+        let lr = sync_messages(&names, v, &linreg, None);
+        assert!(lr.pairs.iter().any(|p| p.linreg.is_some()));
+        // And a result without pairs (empty arrays print as `[]`).
+        let empty = sync_messages(&names, Vec::new(), &SyncOptions::default(), None);
+        assert!(empty.pairs.is_empty());
+        for r in [&r, &lr, &empty] {
+            let mut streamed = Vec::new();
+            write_json(r, &mut streamed).unwrap();
+            let printed = serde_json::to_string_pretty(&to_json(r)).unwrap();
+            assert_eq!(String::from_utf8(streamed).unwrap(), printed);
+        }
     }
 }

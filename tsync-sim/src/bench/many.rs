@@ -130,8 +130,8 @@ pub fn table(
         "## Many traces\n\n\
          `sync --json` on text message files (clocks within ±10 s and ±200 ppm, 20 µs minimum \
          delay plus an exponential tail of mean 30 µs, a message every 100 µs): wall time and \
-         peak RSS of the release binary (one text file: the message pass on one core, the \
-         finishing on every core), bytes of peak RSS per pair. Then, in the benchmark's \
+         peak RSS of the release binary (one text file: parsed on one core, its pairs \
+         accumulated and finished on every core), bytes of peak RSS per pair. Then, in the benchmark's \
          process, the same messages through the library, every trace compared with the truth at \
          101 times: the worst error of its map and whether the truth lies inside its guaranteed \
          (network-wide) interval. Goal: 600 traces, 6·10⁶ messages in ≤ 10 s and ≤ 600 MiB.\n\n\

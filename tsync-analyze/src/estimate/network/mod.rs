@@ -84,6 +84,11 @@ impl Network {
         }
     }
 
+    /// The threads its plans use (`--threads`; 0 or 1: this thread).
+    pub(crate) fn threads(&self) -> usize {
+        self.threads
+    }
+
     fn layout(&self, sync: &SyncResult) -> &Layout {
         self.layout.get_or_init(|| Layout::new(sync))
     }
