@@ -27,15 +27,17 @@ pub struct AccuracyPoint {
     pub width: f64,
 }
 
-/// Summary of the interval width Δ1 + Δ2 over the pair's time span.
+/// Summary of the interval width Δ1 + Δ2 over the pair's time span. The fields are in the
+/// order of their sorted keys: `sync --json` prints a pair's document directly, without a value
+/// to sort them (`output/report.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct AccuracyStats {
     /// Narrowest width at any hull abscissa (ns).
     pub best: f64,
-    /// Widest width at any hull abscissa (ns).
-    pub worst: f64,
     /// Time-weighted mean over [first, last] hull abscissa (the span of the pair's messages).
     pub mean: f64,
+    /// Widest width at any hull abscissa (ns).
+    pub worst: f64,
 }
 
 /// The accuracy curve of an accurate pair.

@@ -132,31 +132,13 @@ fn pieces(map: &PiecewiseMap) -> Vec<PieceDocument> {
 struct SegmentDocument {
     a0_ns: Option<f64>,
     a1: Option<f64>,
-    accuracy_ns: Option<AccuracyDocument>,
+    accuracy_ns: Option<AccuracyStats>,
     bend_ns: f64,
     end_ns: i64,
     messages_ab: u64,
     messages_ba: u64,
     quality: Quality,
     start_ns: i64,
-}
-
-/// A pair's or segment's [`AccuracyStats`], keys in order.
-#[derive(Serialize)]
-struct AccuracyDocument {
-    best: f64,
-    mean: f64,
-    worst: f64,
-}
-
-impl From<&AccuracyStats> for AccuracyDocument {
-    fn from(a: &AccuracyStats) -> Self {
-        AccuracyDocument {
-            best: a.best,
-            mean: a.mean,
-            worst: a.worst,
-        }
-    }
 }
 
 impl From<&PairSegment> for SegmentDocument {
@@ -167,10 +149,7 @@ impl From<&PairSegment> for SegmentDocument {
             quality: s.quality,
             a0_ns: s.estimate.map(|e| e.offset_ns),
             a1: s.estimate.map(|e| e.drift),
-            accuracy_ns: s
-                .accuracy
-                .as_ref()
-                .map(|a| AccuracyDocument::from(&a.stats)),
+            accuracy_ns: s.accuracy.as_ref().map(|a| a.stats),
             bend_ns: s.bend_ns,
             messages_ab: s.messages_ab,
             messages_ba: s.messages_ba,
@@ -235,7 +214,7 @@ struct PairDocument {
     a: u32,
     a0_ns: Option<f64>,
     a1: Option<f64>,
-    accuracy_ns: Option<AccuracyDocument>,
+    accuracy_ns: Option<AccuracyStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     approx_error_ns: Option<f64>,
     b: u32,
@@ -270,10 +249,7 @@ impl From<&PairResult> for PairDocument {
             messages_ba: p.messages_ba,
             hull_points_ab: p.hull_ab.len(),
             hull_points_ba: p.hull_ba.len(),
-            accuracy_ns: p
-                .accuracy
-                .as_ref()
-                .map(|a| AccuracyDocument::from(&a.stats)),
+            accuracy_ns: p.accuracy.as_ref().map(|a| a.stats),
             out_of_order: p.out_of_order,
             approx_error_ns: p.approx_error_ns,
             linreg: p.linreg.as_ref().map(|l| LinRegDocument {
