@@ -123,19 +123,5 @@ fn allowed_cpus() -> Result<Vec<usize>> {
 
 /// Pins the calling thread to `cpu`.
 fn pin_thread(cpu: usize) -> Result<()> {
-    set_affinity(cpu).with_context(|| format!("cannot pin a blaster thread to CPU {cpu}"))
-}
-
-/// Restricts the calling thread (or, between fork and exec, the child) to `cpu`. Async-signal-safe:
-/// one system call, the set built on the stack.
-pub(super) fn set_affinity(cpu: usize) -> std::io::Result<()> {
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET stays inside it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    super::set_affinity(cpu).with_context(|| format!("cannot pin a blaster thread to CPU {cpu}"))
 }

@@ -643,7 +643,7 @@ fn pin_to_cpu(cmd: &mut std::process::Command, k: usize) {
     let cpu = k % cpus;
     // SAFETY: only an async-signal-safe system call between fork and exec.
     unsafe {
-        cmd.pre_exec(move || super::blast::set_affinity(cpu));
+        cmd.pre_exec(move || super::set_affinity(cpu));
     }
 }
 
