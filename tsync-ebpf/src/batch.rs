@@ -33,6 +33,8 @@ use crate::{EVENT_WORDS, EVENTS, Words, count_lost, global, wakeup_flag};
 
 /// Events per batch: 32 × 80 bytes = 2,560 bytes per CPU; 1/32 of a ring-buffer write per event.
 const BATCH_EVENTS: usize = batch::EVENTS;
+// A power of two, so that `% BATCH_EVENTS` is one mask the verifier reads as a bound.
+const _: () = assert!(BATCH_EVENTS.is_power_of_two());
 
 /// The batches, one per CPU.
 #[map]
@@ -47,27 +49,80 @@ static PENDING: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[unsafe(no_mangle)]
 static BATCHING: u32 = 0;
 
-/// Hands one event over: into this CPU's batch, or straight into the ring buffer when batching is
-/// off or the batch is being worked on by the program this one interrupted.
-#[inline(always)]
-pub fn submit(ev: &Words, dir: u8) {
-    if global(&BATCHING) != 0
-        && let Some(batch) = BATCHES.get_ptr_mut(0)
-    {
-        // SAFETY: this CPU's value of a per-CPU map; see the module's doc for who else runs here.
-        let batch = unsafe { &mut *batch };
-        if claim(batch) {
-            append(batch, ev, dir);
-            release(batch);
-            return;
+/// The next free slot of this CPU's batch, claimed: the hook writes its event's words straight
+/// into it, then commits or abandons it (either releases the batch).
+pub struct Slot {
+    batch: *mut Batch,
+    n: usize,
+}
+
+impl Slot {
+    /// Claims this CPU's batch; `None` when batching is off or the batch is being worked on by
+    /// the program this one interrupted (the event is then written on its own, [`direct`]).
+    #[inline(always)]
+    pub fn claim() -> Option<Slot> {
+        if global(&BATCHING) == 0 {
+            return None;
         }
+        let batch = BATCHES.get_ptr_mut(0)?;
+        // SAFETY: this CPU's value of a per-CPU map; see the module's doc for who else runs here.
+        let b = unsafe { &mut *batch };
+        if !claim(b) {
+            return None;
+        }
+        let mut n = b.count as usize;
+        if n >= BATCH_EVENTS {
+            // Never left so by a program; a bound the verifier needs.
+            flush(b);
+            n = 0;
+        }
+        Some(Slot { batch, n })
     }
-    direct(ev, dir);
+
+    /// The slot's words; all of them must be written before [`Slot::commit`].
+    #[inline(always)]
+    pub fn words(&mut self) -> &mut Words {
+        // The index is the count loaded again and masked, not `n`: the compiler may keep `n` on
+        // the stack from before its bound was tested, and Linux 6.1's verifier does not carry a
+        // bound learned on a register over to the stack copy ("unbounded memory access"). A
+        // mask bounds the very register the address is computed from; the count is unchanged
+        // since `claim` (only this CPU touches the batch, and the batch is busy) and below
+        // BATCH_EVENTS, so the mask changes nothing.
+        // SAFETY: claimed in `claim`; a field of a live map value.
+        let i = unsafe { core::ptr::read_volatile(&(*self.batch).count) } as usize;
+        // SAFETY: as above; the index is below BATCH_EVENTS.
+        unsafe { &mut (*self.batch).events[i % BATCH_EVENTS] }
+    }
+
+    /// Adds the written event (`dir`, taken at `ts_ns`) to the batch; the event that fills the
+    /// batch writes it out.
+    #[inline(always)]
+    pub fn commit(self, dir: u8, ts_ns: u64) {
+        // SAFETY: claimed in `claim`.
+        let batch = unsafe { &mut *self.batch };
+        let n = self.n;
+        if n == 0 {
+            set_pending(ts_ns);
+        }
+        batch.sends += u32::from(dir == direction::SEND);
+        batch.count = n as u32 + 1;
+        if n + 1 == BATCH_EVENTS {
+            flush(batch);
+        }
+        release(batch);
+    }
+
+    /// Leaves the batch as it was (the packet is not recorded).
+    #[inline(always)]
+    pub fn abandon(self) {
+        // SAFETY: claimed in `claim`.
+        release(unsafe { &mut *self.batch });
+    }
 }
 
 /// Writes one event as a record of its own (the unbatched path).
 #[inline(always)]
-fn direct(ev: &Words, dir: u8) {
+pub fn direct(ev: &Words, dir: u8) {
     match EVENTS.reserve::<[u64; EVENT_WORDS]>(0) {
         Some(mut entry) => {
             // Ten 8-byte stores into the reserved record (it is 8-aligned).
@@ -75,7 +130,7 @@ fn direct(ev: &Words, dir: u8) {
             let mut i = 0;
             while i < EVENT_WORDS {
                 // SAFETY: the reserved record is EVENT_WORDS words long.
-                unsafe { at.add(i).write(ev.0[i]) };
+                unsafe { at.add(i).write(ev[i]) };
                 i += 1;
             }
             entry.submit(wakeup_flag(EVENT_WORDS * 8));
@@ -101,32 +156,6 @@ fn claim(batch: &mut Batch) -> bool {
 fn release(batch: &mut Batch) {
     // SAFETY: a field of a live map value.
     unsafe { core::ptr::write_volatile(&mut batch.busy, 0) };
-}
-
-/// Appends the event; the event that fills the batch writes it out.
-#[inline(always)]
-fn append(batch: &mut Batch, ev: &Words, dir: u8) {
-    let n = batch.count as usize;
-    if n >= BATCH_EVENTS {
-        // Never left so by a program; a bound the verifier needs.
-        flush(batch);
-        direct(ev, dir);
-        return;
-    }
-    if n == 0 {
-        set_pending(ev.0[0]);
-    }
-    let slot = &mut batch.events[n];
-    let mut i = 0;
-    while i < EVENT_WORDS {
-        slot[i] = ev.0[i];
-        i += 1;
-    }
-    batch.sends += u32::from(dir == direction::SEND);
-    batch.count = n as u32 + 1;
-    if n + 1 == BATCH_EVENTS {
-        flush(batch);
-    }
 }
 
 /// Writes the held events as one ring-buffer record (counted as lost, per direction, if the ring

@@ -26,9 +26,10 @@
 //! `--all-netns`, the wakeup with a large ring); each still costs one load at run time.
 //!
 //! The per-packet path is kept short (about 120 instructions for a recorded TCP/IPv4 packet, from
-//! 430): one copy of the headers into an 8-aligned buffer, so that every field is one load of its
-//! width; the event built as ten 8-byte words and stored with ten stores into the batch; one
-//! ring-buffer write per 32 events; no ring buffer query unless the agent asked for wakeups. `cargo xtask bench capture` measures what it costs.
+//! 430): one copy of the headers into an 8-aligned buffer, so that every field
+//! is one load of its width; the event's ten 8-byte words stored straight into its slot of the
+//! batch; one ring-buffer write per 32 events; no ring buffer query unless the agent asked for
+//! wakeups. `cargo xtask bench capture` measures what it costs.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 // On the host this crate is only type-checked (clippy); the programs run on the BPF target.
@@ -136,43 +137,64 @@ fn field<T: Copy>(base: usize, off: usize) -> T {
 
 /// Builds and submits the event for one packet; non-IP, other protocols and foreign namespaces are
 /// skipped.
+///
+/// The digest is written straight into its slot of this CPU's batch: built on the stack, its ten
+/// words were spilled there (BPF has too few registers to hold them) and copied again.
 #[inline(always)]
 fn record(ctx: &BtfTracePointContext, dir: u8) {
     let skb: usize = ctx.arg(0);
-    let ev = match digest(skb, dir) {
-        Digest::Event(ev) => ev,
-        Digest::NotOurs => return,
-        Digest::Unreadable { dev } => {
-            count_lost(dir, 1);
-            if dir == direction::SEND {
-                log_unreadable::<true>(ctx, dev);
+    let Some(packet) = ours(skb) else {
+        return;
+    };
+    // The time is read once the packet is known to be ours (packets of other namespaces do not
+    // pay for it) and before anything that depends on the packet's size: the few loads above
+    // take the same time for every packet, in both directions.
+    // SAFETY: helper without preconditions.
+    let ts_ns = unsafe { bpf_ktime_get_ns() };
+    let outcome = match batch::Slot::claim() {
+        Some(mut slot) => {
+            let outcome = digest(skb, dir, packet, ts_ns, slot.words());
+            if matches!(outcome, Digest::Event) {
+                slot.commit(dir, ts_ns);
             } else {
-                log_unreadable::<false>(ctx, dev);
+                slot.abandon();
             }
-            return;
+            outcome
         }
-        Digest::NoNetworkHeader { dev, protocol } => {
-            if dir == direction::SEND {
-                log_no_network_header::<true>(ctx, dev, protocol);
-            } else {
-                log_no_network_header::<false>(ctx, dev, protocol);
+        None => {
+            let mut w = [0; EVENT_WORDS];
+            let outcome = digest(skb, dir, packet, ts_ns, &mut w);
+            if matches!(outcome, Digest::Event) {
+                batch::direct(&w, dir);
             }
-            return;
-        }
-        Digest::NotIp {
-            dev,
-            protocol,
-            first_byte,
-        } => {
-            if dir == direction::SEND {
-                log_not_ip::<true>(ctx, dev, protocol, first_byte);
-            } else {
-                log_not_ip::<false>(ctx, dev, protocol, first_byte);
-            }
-            return;
+            outcome
         }
     };
-    batch::submit(&ev, dir);
+    match outcome {
+        Digest::Event | Digest::NotOurs => {}
+        Digest::Unreadable => {
+            count_lost(dir, 1);
+            if dir == direction::SEND {
+                log_unreadable::<true>(ctx, packet.dev);
+            } else {
+                log_unreadable::<false>(ctx, packet.dev);
+            }
+        }
+        Digest::NoNetworkHeader => {
+            if dir == direction::SEND {
+                log_no_network_header::<true>(ctx, packet.dev, packet.protocol);
+            } else {
+                log_no_network_header::<false>(ctx, packet.dev, packet.protocol);
+            }
+        }
+        Digest::NotIp { first_byte } => {
+            if dir == direction::SEND {
+                log_not_ip::<true>(ctx, packet.dev, packet.protocol, first_byte);
+            } else {
+                log_not_ip::<false>(ctx, packet.dev, packet.protocol, first_byte);
+            }
+        }
+    }
 }
 
 // The log statements live in functions of their own (BPF-to-BPF calls, on rare paths only), one
@@ -283,30 +305,34 @@ fn ifindex(dev: usize) -> u32 {
     field::<i32>(dev, global(&DEV_IFINDEX)) as u32
 }
 
-/// A [`PacketEvent`] as the ten 8-byte words it is stored as: built in registers, written to the
-/// ring buffer with ten stores (the struct built field by field was built, and stored, byte by
-/// byte).
-struct Words([u64; EVENT_WORDS]);
+/// A [`PacketEvent`] as the ten 8-byte words it is stored as: built in registers and stored
+/// word by word (the struct built field by field was built, and stored, byte by byte).
+type Words = [u64; EVENT_WORDS];
 
 const EVENT_WORDS: usize = core::mem::size_of::<PacketEvent>() / 8;
 
-/// What the hook makes of a packet.
+/// A packet of a recorded namespace whose EtherType is IP: the one kind worth a clock read.
+#[derive(Clone, Copy)]
+struct Packet {
+    /// EtherType, host order.
+    protocol: u16,
+    /// The `struct net_device *` it is sent or received on.
+    dev: usize,
+}
+
+/// What the hook makes of a packet it reads the time for.
 enum Digest {
-    /// A packet of a recorded kind.
-    Event(Words),
-    /// Another namespace, not IP, not TCP/UDP, a later fragment, IPv6 extension headers, …
+    /// A packet of a recorded kind: its words are written.
+    Event,
+    /// Not TCP/UDP, a later fragment, IPv6 extension headers, …
     NotOurs,
     /// An IP packet of ours whose headers could not be copied (counted as lost, and logged).
-    Unreadable { dev: usize },
+    Unreadable,
     /// A sent IP packet of ours without a network header offset (logged).
-    NoNetworkHeader { dev: usize, protocol: u16 },
+    NoNetworkHeader,
     /// An IP packet of ours whose network header does not hold the IP header its EtherType
     /// announces: a wrong version or an IPv4 header length under 20 bytes (logged).
-    NotIp {
-        dev: usize,
-        protocol: u16,
-        first_byte: u8,
-    },
+    NotIp { first_byte: u8 },
 }
 
 /// Bytes of headers read at once from the network header: IPv4 (20) or IPv6 (40) plus TCP (20) or
@@ -356,29 +382,32 @@ fn wakeup_flag(bytes: usize) -> u64 {
     }
 }
 
-/// The digest of the packet in `skb`.
+/// The packet in `skb` if its EtherType is IP and it belongs to a recorded namespace.
 #[inline(always)]
-fn digest(skb: usize, dir: u8) -> Digest {
+fn ours(skb: usize) -> Option<Packet> {
     let protocol = u16::from_be(field::<u16>(skb, global(&SKB_PROTOCOL)));
     if protocol != ETH_P_IP && protocol != ETH_P_IPV6 {
-        return Digest::NotOurs;
+        return None;
     }
     let dev: usize = field(skb, global(&SKB_DEV));
     if dev == 0 {
-        return Digest::NotOurs;
+        return None;
     }
     let want_netns = global(&NETNS_INUM) as u32;
     if want_netns != 0 {
         let net: usize = field(dev, global(&DEV_ND_NET));
         if net == 0 || field::<u32>(net, global(&NET_NS_INUM)) != want_netns {
-            return Digest::NotOurs;
+            return None;
         }
     }
-    // The time is read once the packet is known to be ours (packets of other namespaces do not
-    // pay for it) and before anything that depends on the packet's size: the few loads above
-    // take the same time for every packet, in both directions.
-    // SAFETY: helper without preconditions.
-    let ts_ns = unsafe { bpf_ktime_get_ns() };
+    Some(Packet { protocol, dev })
+}
+
+/// Writes the digest of `packet` (the one in `skb`, read at `ts_ns`) into `w`, every word of it
+/// when the outcome is [`Digest::Event`].
+#[inline(always)]
+fn digest(skb: usize, dir: u8, packet: Packet, ts_ns: u64, w: &mut Words) -> Digest {
+    let Packet { protocol, dev } = packet;
     // On receive the tracepoint fires before the network header offset is reset, but `data`
     // already points past the link-layer header; on transmit `data` points at the link-layer
     // header and `network_header` is set.
@@ -387,7 +416,7 @@ fn digest(skb: usize, dir: u8) -> Digest {
     } else {
         let nh: u16 = field(skb, global(&SKB_NETWORK_HEADER));
         if nh == HEADER_UNSET {
-            return Digest::NoNetworkHeader { dev, protocol };
+            return Digest::NoNetworkHeader;
         }
         field::<usize>(skb, global(&SKB_HEAD)) + nh as usize
     };
@@ -396,22 +425,17 @@ fn digest(skb: usize, dir: u8) -> Digest {
     // address yields an error, never a crash) and fills the whole buffer, with zeros on failure.
     let h = unsafe {
         if copy(h.as_mut_ptr().cast(), network, HEADERS) != 0 {
-            return Digest::Unreadable { dev };
+            return Digest::Unreadable;
         }
         h.assume_init_mut()
     };
     let first = h.at::<u8>(0);
-    let mut w = Words([0; EVENT_WORDS]);
     // Per IP version: kind, IPv4 header length (0 for IPv6), total length, where the transport
     // header is in `h`; the addresses go straight into their words.
     let (kind, ihl, tot_len, l4) = if protocol == ETH_P_IP {
         let ihl = first & 0x0f;
         if first >> 4 != 4 || ihl < 5 {
-            return Digest::NotIp {
-                dev,
-                protocol,
-                first_byte: first,
-            };
+            return Digest::NotIp { first_byte: first };
         }
         // Only the first fragment carries the transport header: the 13-bit fragment offset of
         // bytes 6 and 7, read as a little-endian u16, is the mask 0xff1f.
@@ -423,41 +447,39 @@ fn digest(skb: usize, dir: u8) -> Digest {
             IPPROTO_UDP => kind::UDP4,
             _ => return Digest::NotOurs,
         };
-        // Addresses keep network byte order: loaded and stored little-endian, bytes unchanged.
-        w.0[2] = u64::from(h.at::<u32>(12));
-        w.0[4] = u64::from(h.at::<u32>(16));
         if ihl != 5 {
             // Options: the transport header is further on; copy it where it would have been.
             // SAFETY: as above; 20 + 28 bytes lie inside `h`.
             let dst = unsafe { h.0.as_mut_ptr().add(L4_AFTER_V4) };
             if unsafe { copy(dst, network + 4 * ihl as usize, L4_COPY) } != 0 {
-                return Digest::Unreadable { dev };
+                return Digest::Unreadable;
             }
         }
+        // Addresses keep network byte order: loaded and stored little-endian, bytes unchanged.
+        w[2] = u64::from(h.at::<u32>(12));
+        w[3] = 0;
+        w[4] = u64::from(h.at::<u32>(16));
+        w[5] = 0;
         (kind, ihl, u16::from_be(h.at::<u16>(2)), L4_AFTER_V4)
     } else {
         if first >> 4 != 6 {
-            return Digest::NotIp {
-                dev,
-                protocol,
-                first_byte: first,
-            };
+            return Digest::NotIp { first_byte: first };
         }
         // TCP directly after the fixed header only.
         if h.at::<u8>(6) != IPPROTO_TCP {
             return Digest::NotOurs;
         }
-        w.0[2] = h.at::<u64>(8);
-        w.0[3] = h.at::<u64>(16);
-        w.0[4] = h.at::<u64>(24);
-        w.0[5] = h.at::<u64>(32);
+        w[2] = h.at::<u64>(8);
+        w[3] = h.at::<u64>(16);
+        w[4] = h.at::<u64>(24);
+        w[5] = h.at::<u64>(32);
         let payload = u16::from_be(h.at::<u16>(4));
         (kind::TCP6, 0, payload.saturating_add(40), L4_AFTER_V6)
     };
-    w.0[0] = ts_ns;
+    w[0] = ts_ns;
     // SAFETY: helper without preconditions.
     let cpu = unsafe { bpf_get_smp_processor_id() } as u16;
-    w.0[1] = u64::from(ifindex(dev))
+    w[1] = u64::from(ifindex(dev))
         | u64::from(cpu) << 32
         | u64::from(dir) << 48
         | u64::from(kind) << 56;
@@ -466,16 +488,16 @@ fn digest(skb: usize, dir: u8) -> Digest {
         u16::from_be(ports as u16),
         u16::from_be((ports >> 16) as u16),
     );
-    w.0[6] = u64::from(protocol)
+    w[6] = u64::from(protocol)
         | u64::from(tot_len) << 16
         | u64::from(source) << 32
         | u64::from(dest) << 48;
     if kind == kind::UDP4 {
-        udp(h, l4, ihl, &mut w);
+        udp(h, l4, ihl, w);
     } else {
-        tcp(h, l4, ihl, &mut w);
+        tcp(h, l4, ihl, w);
     }
-    Digest::Event(w)
+    Digest::Event
 }
 
 /// Copies `len` bytes of kernel memory at `src` that is not BTF-typed (the packet headers) to
@@ -503,11 +525,12 @@ fn tcp(h: &Headers, l4: usize, ihl: u8, w: &mut Words) {
     let offset_flags = h.at::<u16>(l4 + 12);
     let doff = (offset_flags & 0xff) >> 4;
     let flags = offset_flags >> 8;
-    w.0[7] = u64::from(seq) | u64::from(ack) << 32;
-    w.0[8] = u64::from(IPPROTO_TCP)
+    w[7] = u64::from(seq) | u64::from(ack) << 32;
+    w[8] = u64::from(IPPROTO_TCP)
         | u64::from(ihl) << 8
         | u64::from(doff) << 16
         | u64::from(flags) << 24;
+    w[9] = 0;
 }
 
 /// Fills the UDP words of the digest: length and at most the first 8 payload bytes.
@@ -522,8 +545,9 @@ fn udp(h: &Headers, l4: usize, ihl: u8, w: &mut Words) {
         (1u64 << (8 * inside)) - 1
     };
     let data = (u64::from(h.at::<u32>(l4 + 8)) | u64::from(h.at::<u32>(l4 + 12)) << 32) & mask;
-    w.0[8] = u64::from(IPPROTO_UDP) | u64::from(ihl) << 8 | (data & 0xffff_ffff) << 32;
-    w.0[9] = data >> 32 | u64::from(udp_len) << 32;
+    w[7] = 0;
+    w[8] = u64::from(IPPROTO_UDP) | u64::from(ihl) << 8 | (data & 0xffff_ffff) << 32;
+    w[9] = data >> 32 | u64::from(udp_len) << 32;
 }
 
 #[cfg(target_arch = "bpf")]
