@@ -139,7 +139,7 @@ fn field<T: Copy>(base: usize, off: usize) -> T {
 /// skipped.
 ///
 /// The digest is written straight into its slot of this CPU's batch: built on the stack, its ten
-/// words were spilled there (BPF has too few registers to hold them) and copied again.
+/// words were spilled there (only four BPF registers survive a helper call) and copied again.
 #[inline(always)]
 fn record(ctx: &BtfTracePointContext, dir: u8) {
     let skb: usize = ctx.arg(0);
