@@ -26,10 +26,10 @@
 //! `--all-netns`, the wakeup with a large ring); each still costs one load at run time.
 //!
 //! The per-packet path is kept short (about 120 instructions for a recorded TCP/IPv4 packet, from
-//! 430): one copy of the headers into an 8-aligned buffer, so that every field
-//! is one load of its width; the event's ten 8-byte words stored straight into its slot of the
-//! batch; one ring-buffer write per 32 events; no ring buffer query unless the agent asked for
-//! wakeups. `cargo xtask bench capture` measures what it costs.
+//! 430): one copy of the headers into an 8-aligned buffer, so that every field is one load of its
+//! width; the event's ten 8-byte words stored straight into its slot of the batch; one
+//! ring-buffer write per 32 events; no ring buffer query unless the agent asked for wakeups.
+//! `cargo xtask bench capture` measures what it costs.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 // On the host this crate is only type-checked (clippy); the programs run on the BPF target.
