@@ -18,6 +18,10 @@
 //!   lost counts read up to each, so a [`TraceFile`] shows what the same calls would show reading
 //!   inline; at the end the pool hands the reader itself back (footer, damage, every count).
 //!   Whatever the number of threads, the events and everything derived from them are the same.
+//! * **The per-event work that needs no order goes with the decoding.** The pool also computes
+//!   each event's hash with the function it was made with (the matcher's packet-key hash): the
+//!   merge's thread is one of the few that cannot be spread over the cores, so what it does per
+//!   event bounds what many cores can do.
 //! * **Errors and panics travel with the chunks**: an I/O error reaches the caller of
 //!   [`TraceFile::next_chunk`], in order; a panic while decoding is resumed there.
 //! * **Nothing waits on a full queue**: results go to unbounded channels (bounded by the
@@ -48,7 +52,12 @@ pub const MAX_FILES: usize = 64;
 pub struct Decoders {
     jobs: Option<Sender<Arc<Slot>>>,
     workers: Vec<JoinHandle<()>>,
+    hash: HashFn,
 }
+
+/// What the pool computes for every chunk, beside decoding it: each event's hash, appended to
+/// the vector (a function per chunk, not per event, so that its loop inlines the hash).
+pub type HashFn = fn(&[PacketEvent], &mut Vec<u64>);
 
 /// One file on the pool: its reader (until it is handed back) and where its chunks go.
 struct Slot {
@@ -61,6 +70,7 @@ struct SlotState {
     chunks: Sender<Decoded>,
     /// Buffers the file is done with, to decode into again.
     spare: Receiver<Vec<PacketEvent>>,
+    hash: HashFn,
     /// What was already sent of the reader's clock samples and kernel clock states.
     samples_sent: usize,
     kernel_sent: usize,
@@ -73,6 +83,8 @@ pub(super) enum Decoded {
     /// the lost counts if they changed.
     Chunk {
         events: Vec<PacketEvent>,
+        /// Each event's hash.
+        hashes: Vec<u64>,
         samples: Vec<ClockSample>,
         kernel_clock: Vec<KernelClock>,
         lost: Option<LostCounts>,
@@ -84,8 +96,9 @@ pub(super) enum Decoded {
 }
 
 impl Decoders {
-    /// A pool of `threads` threads (at least one).
-    pub fn new(threads: usize) -> Self {
+    /// A pool of `threads` threads (at least one) that also hashes every chunk's events with
+    /// `hash`.
+    pub fn new(threads: usize, hash: HashFn) -> Self {
         let (jobs, queue) = channel::<Arc<Slot>>();
         let queue = Arc::new(Mutex::new(queue));
         let workers = (0..threads.max(1))
@@ -97,6 +110,7 @@ impl Decoders {
         Decoders {
             jobs: Some(jobs),
             workers,
+            hash,
         }
     }
 
@@ -111,6 +125,7 @@ impl Decoders {
                 reader: Some(reader),
                 chunks,
                 spare,
+                hash: self.hash,
                 samples_sent: 0,
                 kernel_sent: 0,
                 lost_sent: LostCounts::default(),
@@ -129,6 +144,7 @@ impl Decoders {
             version,
             bracketed,
             events: Vec::new(),
+            hashes: Vec::new(),
             samples: Vec::new(),
             kernel_clock: Vec::new(),
             lost: LostCounts::default(),
@@ -175,6 +191,8 @@ fn decode(slot: &Slot) {
         Ok(Some(_)) => {
             let mut events = st.spare.try_recv().unwrap_or_default();
             reader.swap_events(&mut events);
+            let mut hashes = Vec::with_capacity(events.len());
+            (st.hash)(&events, &mut hashes);
             let samples = reader.clock_samples()[st.samples_sent..].to_vec();
             let kernel_clock = reader.kernel_clock()[st.kernel_sent..].to_vec();
             st.samples_sent += samples.len();
@@ -185,6 +203,7 @@ fn decode(slot: &Slot) {
             });
             Decoded::Chunk {
                 events,
+                hashes,
                 samples,
                 kernel_clock,
                 lost,
@@ -210,6 +229,8 @@ pub(super) struct Ahead {
     pub(super) version: u32,
     pub(super) bracketed: bool,
     pub(super) events: Vec<PacketEvent>,
+    /// The hash of each of `events`.
+    pub(super) hashes: Vec<u64>,
     pub(super) samples: Vec<ClockSample>,
     pub(super) kernel_clock: Vec<KernelClock>,
     pub(super) lost: LostCounts,
@@ -233,11 +254,13 @@ impl Ahead {
         match self.rx.recv() {
             Ok(Decoded::Chunk {
                 events,
+                hashes,
                 samples,
                 kernel_clock,
                 lost,
             }) => {
                 self.events = events;
+                self.hashes = hashes;
                 self.samples.extend(samples);
                 self.kernel_clock.extend(kernel_clock);
                 if let Some(lost) = lost {

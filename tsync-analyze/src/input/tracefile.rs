@@ -194,6 +194,15 @@ impl TraceFile {
         }
     }
 
+    /// The hashes of the events of the chunk read last, if a decoding pool computed them
+    /// ([`Decoders::new`]'s function).
+    pub fn hashes(&self) -> Option<&[u64]> {
+        match &self.source {
+            Backend::Ahead(a) => Some(&a.hashes),
+            Backend::Agent(_) | Backend::Ctf(_) => None,
+        }
+    }
+
     /// Bytes of input behind the chunk read last (progress): its events' for a trace file, the
     /// stream bytes read for it for a CTF trace.
     pub fn chunk_bytes(&mut self) -> u64 {

@@ -116,12 +116,16 @@ impl Stream {
     /// Hashes every event's packet key once, here: the merge loop asks for an event's index
     /// cell a few events ahead and then looks the event up, and the threads route by the same
     /// hash, so each of them reads it instead of hashing the key again (a tight loop over the
-    /// chunk also hashes faster than the merge loop would, event by event).
+    /// chunk also hashes faster than the merge loop would, event by event). A file decoded on
+    /// the pool comes with its hashes, computed there, off this thread.
     fn refill(&mut self) -> Result<bool, InputError> {
         let more = self.file.next_chunk()?.is_some();
         self.pos = 0;
         self.hashes.clear();
-        self.hashes.extend(self.file.events().iter().map(key_hash));
+        match self.file.hashes() {
+            Some(hashes) => self.hashes.extend_from_slice(hashes),
+            None => hash_keys(self.file.events(), &mut self.hashes),
+        }
         self.shift = self.file.latest_shift(self.shift);
         self.offset = self.shift.saturating_add(self.coarse);
         Ok(more)
@@ -131,6 +135,11 @@ impl Stream {
     fn aligned(&self, e: &PacketEvent) -> i64 {
         (e.ts_ns as i64).saturating_add(self.offset)
     }
+}
+
+/// Appends the packet-key hash of each of `events` to `out`.
+fn hash_keys(events: &[PacketEvent], out: &mut Vec<u64>) {
+    out.extend(events.iter().map(key_hash));
 }
 
 /// True when every trace comes from one boot of one host (namespaces of one machine): their
@@ -258,8 +267,8 @@ impl Reader {
         let mut streams = Vec::with_capacity(sources.len());
         // With several threads, the files are decoded ahead on as many (see `input::ahead`).
         let threads = options.thread_count();
-        let decoders =
-            (threads > 1 && sources.len() <= ahead::MAX_FILES).then(|| Decoders::new(threads));
+        let decoders = (threads > 1 && sources.len() <= ahead::MAX_FILES)
+            .then(|| Decoders::new(threads, hash_keys));
         for s in sources {
             let file = match &decoders {
                 Some(pool) => TraceFile::open_ahead(&s.path, pool)?,
