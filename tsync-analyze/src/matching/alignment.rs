@@ -13,7 +13,8 @@
 //! spanning tree of the best-sampled pairs. They move the merge axis only: the estimate never
 //! sees them, and they are applied only when some node is off by more than [`THRESHOLD_NS`].
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
@@ -187,10 +188,12 @@ fn join(all: &mut Keys, later: Keys) {
 }
 
 /// For each pair of files (a < b) with enough matched samples: how far b's merge axis is ahead of
-/// a's (ns), and how many samples say so.
-fn pair_offsets(sends: &Keys, recvs: &Keys) -> HashMap<(u32, u32), (i64, usize)> {
-    // Apparent delays per ordered pair (sender, receiver).
-    let mut delays: HashMap<(u32, u32), Vec<i64>> = HashMap::new();
+/// a's (ns), and how many samples say so. In a map ordered by pair, so that the spanning tree
+/// built from it does not depend on a hasher's order.
+fn pair_offsets(sends: &Keys, recvs: &Keys) -> BTreeMap<(u32, u32), (i64, usize)> {
+    // Apparent delays per ordered pair (sender, receiver); Fx as for the keys (one insertion
+    // per matched sample). A median does not depend on the order of its samples.
+    let mut delays: FxHashMap<(u32, u32), Vec<i64>> = FxHashMap::default();
     for (h, s) in sends {
         if let Some(r) = recvs.get(h)
             && s.count == 1
@@ -203,7 +206,7 @@ fn pair_offsets(sends: &Keys, recvs: &Keys) -> HashMap<(u32, u32), (i64, usize)>
                 .push(r.aligned.saturating_sub(s.aligned));
         }
     }
-    let mut medians: HashMap<(u32, u32), (i64, usize)> = HashMap::new();
+    let mut medians: BTreeMap<(u32, u32), (i64, usize)> = BTreeMap::new();
     for (pair, mut d) in delays {
         if d.len() >= MIN_SAMPLES {
             let mid = d.len() / 2;
@@ -211,7 +214,7 @@ fn pair_offsets(sends: &Keys, recvs: &Keys) -> HashMap<(u32, u32), (i64, usize)>
             medians.insert(pair, (*m, d.len()));
         }
     }
-    let mut offsets = HashMap::new();
+    let mut offsets = BTreeMap::new();
     for (&(a, b), &(ab, n_ab)) in &medians {
         if a > b && medians.contains_key(&(b, a)) {
             continue; // handled from the other direction
@@ -229,7 +232,8 @@ fn pair_offsets(sends: &Keys, recvs: &Keys) -> HashMap<(u32, u32), (i64, usize)>
 }
 
 /// Maximum spanning forest by sample count; each tree's root (its lowest file) keeps its axis.
-fn tree(n: usize, offsets: &HashMap<(u32, u32), (i64, usize)>) -> (Vec<i64>, Vec<usize>) {
+/// Of edges with equal counts, the one with the lowest files is taken: the same every run.
+fn tree(n: usize, offsets: &BTreeMap<(u32, u32), (i64, usize)>) -> (Vec<i64>, Vec<usize>) {
     let mut correction = vec![0i64; n];
     let mut root = vec![usize::MAX; n];
     for start in 0..n {
@@ -249,7 +253,13 @@ fn tree(n: usize, offsets: &HashMap<(u32, u32), (i64, usize)>) -> (Vec<i64>, Vec
                         _ => None,
                     }
                 })
-                .max_by_key(|&(count, ..)| count);
+                .max_by_key(|&(count, inside, outside, _)| {
+                    (
+                        count,
+                        Reverse(inside.min(outside)),
+                        Reverse(inside.max(outside)),
+                    )
+                });
             let Some((_, inside, outside, ahead)) = best else {
                 break;
             };
@@ -322,6 +332,18 @@ mod tests {
         sends.insert(101, side(1, 0));
         recvs.insert(101, side(1, 0));
         assert!(pair_offsets(&sends, &recvs).is_empty());
-        assert_eq!(tree(2, &HashMap::new()), (vec![0, 0], vec![0, 1]));
+        assert_eq!(tree(2, &BTreeMap::new()), (vec![0, 0], vec![0, 1]));
+    }
+
+    /// Pairs that disagree (0→1 and 1→2 do not add up to 0→2) with equal sample counts: the
+    /// tree takes the edges of the lowest files, whatever order the pairs came in, so two runs
+    /// on the same files align them alike.
+    #[test]
+    fn ties_between_edges_are_broken_by_file_not_by_order() {
+        let offsets: BTreeMap<(u32, u32), (i64, usize)> =
+            [((1, 2), (11, 50)), ((0, 2), (20, 50)), ((0, 1), (10, 50))]
+                .into_iter()
+                .collect();
+        assert_eq!(tree(3, &offsets), (vec![0, -10, -20], vec![0, 0, 0]));
     }
 }
