@@ -93,7 +93,8 @@ struct Stream {
     /// The events are used in place (`file.events()[pos..]`).
     file: TraceFile,
     pos: usize,
-    /// The packet-key hash of each event of the chunk in hand (see [`Stream::refill`]).
+    /// The packet-key hash of each event of the chunk in hand (see [`Stream::refill`]), unless
+    /// the file comes with them.
     hashes: Vec<u64>,
     /// Events consumed (index of the next one in file order).
     index: u64,
@@ -121,10 +122,9 @@ impl Stream {
     fn refill(&mut self) -> Result<bool, InputError> {
         let more = self.file.next_chunk()?.is_some();
         self.pos = 0;
-        self.hashes.clear();
-        match self.file.hashes() {
-            Some(hashes) => self.hashes.extend_from_slice(hashes),
-            None => hash_keys(self.file.events(), &mut self.hashes),
+        if self.file.hashes().is_none() {
+            self.hashes.clear();
+            hash_keys(self.file.events(), &mut self.hashes);
         }
         self.shift = self.file.latest_shift(self.shift);
         self.offset = self.shift.saturating_add(self.coarse);
@@ -378,7 +378,7 @@ impl Reader {
                     continue;
                 }
                 // The chunk in hand, event by event (its file is asked for it once per chunk).
-                let hashes = &st.hashes[..events.len()];
+                let hashes = &st.file.hashes().unwrap_or(&st.hashes)[..events.len()];
                 while let Some(e) = events.get(st.pos) {
                     let aligned = st.aligned(e);
                     if aligned > limit {
