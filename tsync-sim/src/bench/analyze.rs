@@ -178,9 +178,10 @@ pub fn run(o: &Options, meter: &Meter) -> Result<()> {
          `messages` parses and matches them and prints the messages, without any geometry. \
          `sync 1 thread` is `sync --threads 1`; `sync` uses every core (trace files are matched \
          on every core; text files need no matching and are read on one); `×` is the ratio of \
-         the two times. Goals: from trace files ≥ 12 M/s on one core, ≥ 20 M/s (2 traces) and \
-         ≥ 15 M/s (16 traces) on this machine's cores; ≥ 10 M/s from text; memory independent \
-         of trace length.\n\n\
+         the two times. `decode` bounds `sync` on one core: matching and estimating trace \
+         files execute ~1.6 times the decoder's instructions (docs/benchmarks.md). Goals: \
+         ≥ 10 M/s from text; memory independent of trace length; from trace files, `sync` on \
+         two cores ≥ 1.7 times `sync --threads 1`.\n\n\
          {note}| workload | input | size | cat M/s | decode M/s | messages M/s | sync 1 thread M/s | sync time | sync M/s | × | sync peak RSS |{head}\n\
          |---|---|---|---|---|---|---|---|---|---|---|{rule}\n",
         o.cpu
