@@ -19,7 +19,10 @@ pub(crate) fn key_hash(e: &PacketEvent) -> u64 {
 /// length — read as eight words, with the TCP flags reduced to ACK, RST, SYN and FIN (PSH/URG may
 /// differ between what is sent and what arrives after offloads, and the digest of the reference
 /// never held them; LTTng's add-on digests, [`kind::TCP_ADDON`], keep them all) and the kind
-/// stored in the record's reserved bytes. Building, hashing and
+/// stored in place of the record's flags and TTL. Those two are no part of the packet's identity:
+/// a router lowers the TTL of the packet it forwards, and a tunnel's outer event carries the
+/// inner packet's digest with the encapsulation flag; they are evidence of the packet's path
+/// ([`super::passage`]). Building, hashing and
 /// comparing a key is then a handful of word operations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(super) struct Key([u64; 8]);
@@ -29,12 +32,13 @@ pub(super) const KEY_FLAGS: u8 = tcp_flag::ACK | tcp_flag::RST | tcp_flag::SYN |
 const KEY_START: usize = 16;
 /// Word 6 holds bytes 64..72: protocol, ihl, doff, flags (byte 3), udp_data[..4].
 const FLAGS_MASK: u64 = !((!KEY_FLAGS as u64) << 24);
-/// Word 7 holds bytes 72..80: udp_data[4..], udp_len, reserved (bytes 6, 7).
+/// Word 7 holds bytes 72..80: udp_data[4..], udp_len, flags and ttl (bytes 6, 7).
 const RESERVED_MASK: u64 = 0x0000_FFFF_FFFF_FFFF;
 
 const _: () = assert!(std::mem::offset_of!(PacketEvent, saddr) == KEY_START);
 const _: () = assert!(std::mem::offset_of!(PacketEvent, tcp_flags) == 67);
-const _: () = assert!(std::mem::offset_of!(PacketEvent, reserved) == 78);
+const _: () = assert!(std::mem::offset_of!(PacketEvent, flags) == 78);
+const _: () = assert!(std::mem::offset_of!(PacketEvent, ttl) == 79);
 
 impl Key {
     #[inline]
@@ -87,8 +91,9 @@ impl Key {
                 b[o..o + 8].copy_from_slice(&x.to_le_bytes());
             }
         }
-        e.reserved = [0; 2];
         e.kind = self.kind();
+        e.flags = s.flags;
+        e.ttl = s.ttl;
         e.tcp_flags = s.tcp_flags;
         e.ts_ns = s.time as u64;
         e.ifindex = s.ifindex;
@@ -132,7 +137,7 @@ impl KeyLanes {
     pub(super) fn of(e: &PacketEvent) -> KeyLanes {
         use std::arch::x86_64::{__m128i, _mm_and_si128, _mm_insert_epi16, _mm_loadu_si128};
         let p = std::ptr::from_ref(e).cast::<u8>();
-        // Words 6 and 7 as in `Key::of`: the flags masked, the reserved bytes replaced by the
+        // Words 6 and 7 as in `Key::of`: the TCP flags masked, flags and TTL replaced by the
         // kind (bytes 78 and 79 of the record are the last 16-bit lane).
         let masks = if e.kind == kind::TCP_ADDON {
             ADDON_MASKS

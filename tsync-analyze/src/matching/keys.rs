@@ -15,11 +15,12 @@ use super::key::{Key, KeyLanes};
 use super::live::{LiveKeys, Probe};
 use super::order::{Decisions, Tag};
 use super::ranges::{RangeMatcher, Unpaired};
-use super::{MatchStats, OFFLOAD_SUSPECT_LEN, STACKED_COPY_NS};
+use super::passage::{self, Cause, Owners, Resolution};
+use super::{MatchStats, OFFLOAD_SUSPECT_LEN};
 use crate::model::{Message, Origin};
 
-/// One side of a key: the first event seen on it (what the key does not already hold).
-#[derive(Clone, Copy, Debug, Default)]
+/// One event of a key: what the key does not already hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Seen {
     pub(super) time: i64,
     pub(super) index: u64,
@@ -27,32 +28,80 @@ pub(super) struct Seen {
     pub(super) ifindex: u32,
     pub(super) cpu: u16,
     pub(super) tcp_flags: u8,
-}
-
-impl Seen {
-    /// Whether `later`, seen on the same side of the same key, is a copy of this event on
-    /// another device of a stack (see the module doc).
-    #[inline]
-    fn stacked_copy(&self, later: &Seen) -> bool {
-        later.trace == self.trace
-            && later.ifindex != self.ifindex
-            && later.time.abs_diff(self.time) <= STACKED_COPY_NS
-    }
+    /// [`direction::SEND`] or [`direction::RECV`].
+    pub(super) dir: u8,
+    /// The record's TTL and flags (evidence of a packet's path: see [`super::passage`]).
+    pub(super) ttl: u8,
+    pub(super) flags: u8,
 }
 
 /// What the matcher remembers of a live key besides the key itself.
+///
+/// A key seen at most once per side (almost every key: one send, one receive) lives here alone.
+/// A second event on a side (a copy on a stacked device, a forwarding node's passage, a
+/// retransmission) moves all of the key's events to a list of [`Spills`], resolved when the key
+/// is decided ([`super::passage`]); `sends` is then [`SPILLED`] and `recvs` the list's index.
 #[derive(Clone, Copy, Debug, Default)]
 struct Entry {
     /// Time of the first event on the merge axis: the key is decided `window` later.
     first_seen: i64,
     /// Position of the first event in the merged input (the canonical order's tie-break).
     seq: u64,
-    /// The first send event (valid when `sends > 0`).
+    /// The send event (valid when `sends` is 1).
     send: Seen,
-    /// The first receive event (valid when `recvs > 0`).
+    /// The receive event (valid when `recvs` is 1).
     recv: Seen,
     sends: u32,
     recvs: u32,
+}
+
+/// [`Entry::sends`] of a key whose events are in a spill list.
+const SPILLED: u32 = u32::MAX;
+
+/// The event lists of the keys seen more than once on a side, reused once decided.
+#[derive(Default)]
+struct Spills {
+    lists: Vec<Spill>,
+    free: Vec<u32>,
+}
+
+/// One key's events, the first [`passage::MAX_EVENTS`] + 1 of them; `extra` counts the rest.
+#[derive(Default)]
+struct Spill {
+    events: Vec<Seen>,
+    extra: u64,
+}
+
+impl Spills {
+    /// A new list holding `events`; its index.
+    fn open(&mut self, events: &[Seen]) -> u32 {
+        let i = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.lists.push(Spill::default());
+                (self.lists.len() - 1) as u32
+            }
+        };
+        self.lists[i as usize].events.extend_from_slice(events);
+        i
+    }
+
+    fn push(&mut self, i: u32, seen: Seen) {
+        let list = &mut self.lists[i as usize];
+        if list.events.len() <= passage::MAX_EVENTS {
+            list.events.push(seen);
+        } else {
+            list.extra += 1;
+        }
+    }
+
+    /// Empties list `i` for reuse.
+    fn close(&mut self, i: u32) {
+        let list = &mut self.lists[i as usize];
+        list.events.clear();
+        list.extra = 0;
+        self.free.push(i);
+    }
 }
 
 /// The recordings' extents, to tell offloads from traffic with nodes that were not recording
@@ -117,6 +166,7 @@ pub(crate) struct KeyMatcher {
     /// is: one comparison answers it, without looking at the oldest entry.
     next_due: i64,
     rules: Rules,
+    spills: Spills,
     pub(super) stats: MatchStats,
     pub(super) recordings: Recordings,
 }
@@ -141,6 +191,7 @@ impl KeyMatcher {
                 events_wanted: true,
                 by_range,
             },
+            spills: Spills::default(),
             stats: MatchStats::default(),
             recordings: Recordings::default(),
         }
@@ -195,6 +246,7 @@ impl KeyMatcher {
         self.expire(aligned, out);
         let key = KeyLanes::of(e);
         debug_assert_eq!(key.key().hash(), hash);
+        let is_send = e.direction == direction::SEND;
         let seen = Seen {
             time,
             index,
@@ -202,25 +254,38 @@ impl KeyMatcher {
             ifindex: e.ifindex,
             cpu: e.cpu,
             tcp_flags: e.tcp_flags,
+            dir: e.direction,
+            ttl: e.ttl,
+            flags: e.flags,
         };
-        let is_send = e.direction == direction::SEND;
         let cell = match self.live.probe(hash, &key) {
             Probe::Vacant(cell) => cell,
             Probe::Found(p) => {
                 let entry = self.live.value_mut(p);
-                let (first, count) = if is_send {
+                if entry.sends == SPILLED {
+                    self.spills.push(entry.recvs, seen);
+                    return;
+                }
+                let (side, count) = if is_send {
                     (&mut entry.send, &mut entry.sends)
                 } else {
                     (&mut entry.recv, &mut entry.recvs)
                 };
                 if *count == 0 {
-                    *first = seen;
-                    *count = 1;
-                } else if first.stacked_copy(&seen) {
-                    self.stats.stacked_copies += 1;
-                } else {
-                    *count = count.saturating_add(1);
+                    (*side, *count) = (seen, 1);
+                    return;
                 }
+                // A second event on a side: the key's events go to a list, for `passage`.
+                let mut held = [Seen::default(); 3];
+                let mut n = 0;
+                for (s, c) in [(entry.send, entry.sends), (entry.recv, entry.recvs), (seen, 1)] {
+                    if c > 0 {
+                        held[n] = s;
+                        n += 1;
+                    }
+                }
+                entry.recvs = self.spills.open(&held[..n]);
+                entry.sends = SPILLED;
                 return;
             }
         };
@@ -260,6 +325,7 @@ impl KeyMatcher {
                 &front.key,
                 &mut self.stats,
                 &self.recordings,
+                &mut self.spills,
                 out,
             );
             self.live.drop_front();
@@ -321,35 +387,70 @@ impl Rules {
         key: &Key,
         stats: &mut MatchStats,
         recordings: &Recordings,
+        spills: &mut Spills,
         out: &mut O,
     ) {
         let due = e.first_seen.saturating_add(self.window);
         let tag = Tag::decided(due, e.seq);
-        if e.sends > 1 || e.recvs > 1 {
-            stats.ambiguous += 1;
-            if !self.to_ranges(e, key, tag, out) {
-                stats.unmatched += u64::from(e.sends) + u64::from(e.recvs);
-            }
+        if e.sends == SPILLED {
+            self.decide_spilled(e, key, stats, recordings, spills, out);
             return;
         }
         if e.sends == 0 || e.recvs == 0 {
-            if self.to_ranges(e, key, tag, out) {
-                return;
-            }
-            stats.unmatched += 1;
-            // Only unmatched keys get here, so rebuilding the record (which knows the key's
-            // layout) is cheap enough.
-            let probe = key.event(&Seen::default(), direction::SEND);
-            if recordings.suspect(&probe, e.first_seen, due) {
-                stats.oversize_unmatched += 1;
-            }
+            self.one_side(e, key, tag, stats, recordings, out);
             return;
         }
-        let (s, r) = (e.send, e.recv);
+        self.pair(&e.send, &e.recv, key, tag, stats, out);
+    }
+
+    /// A key with one side only: the range matcher's, or unmatched.
+    fn one_side<O: Decisions>(
+        &self,
+        e: &Entry,
+        key: &Key,
+        tag: Tag,
+        stats: &mut MatchStats,
+        recordings: &Recordings,
+        out: &mut O,
+    ) {
+        if self.to_ranges(e, key, tag, out) {
+            return;
+        }
+        stats.unmatched += 1;
+        // Only unmatched keys get here, so rebuilding the record (which knows the key's
+        // layout) is cheap enough.
+        let probe = key.event(&Seen::default(), direction::SEND);
+        if recordings.suspect(&probe, e.first_seen, tag.due) {
+            stats.oversize_unmatched += 1;
+        }
+    }
+
+    /// A key with one send and one receive: a message, or loopback.
+    fn pair<O: Decisions>(
+        &self,
+        s: &Seen,
+        r: &Seen,
+        key: &Key,
+        tag: Tag,
+        stats: &mut MatchStats,
+        out: &mut O,
+    ) {
         if s.trace == r.trace {
             stats.same_trace += 1;
             return;
         }
+        self.message(s, r, key, tag, stats, out);
+    }
+
+    fn message<O: Decisions>(
+        &self,
+        s: &Seen,
+        r: &Seen,
+        key: &Key,
+        tag: Tag,
+        stats: &mut MatchStats,
+        out: &mut O,
+    ) {
         stats.matched += 1;
         let message = Message {
             send_trace: s.trace,
@@ -367,12 +468,102 @@ impl Rules {
                 message,
                 origin,
                 [
-                    key.event(&s, direction::SEND),
-                    key.event(&r, direction::RECV),
+                    key.event(s, direction::SEND),
+                    key.event(r, direction::RECV),
                 ],
             );
         } else {
             out.message(tag, message, origin);
         }
     }
+
+    /// Decides a key seen more than once on a side from all its events ([`passage`]), and
+    /// empties its list.
+    fn decide_spilled<O: Decisions>(
+        &self,
+        e: &Entry,
+        key: &Key,
+        stats: &mut MatchStats,
+        recordings: &Recordings,
+        spills: &mut Spills,
+        out: &mut O,
+    ) {
+        let due = e.first_seen.saturating_add(self.window);
+        let tag = Tag::decided(due, e.seq);
+        let list = &mut spills.lists[e.recvs as usize];
+        let probe = key.event(&Seen::default(), direction::SEND);
+        let resolution = if list.extra > 0 {
+            Resolution::Ambiguous(Cause::Repeated)
+        } else {
+            passage::resolve(&mut list.events, &probe.saddr, &probe.daddr, recordings)
+        };
+        match resolution {
+            Resolution::Local { send, recv, copies } => {
+                stats.stacked_copies += u64::from(copies);
+                match (send, recv) {
+                    (Some(s), Some(r)) => self.pair(&s, &r, key, tag, stats, out),
+                    (s, r) => {
+                        let one = Entry {
+                            send: s.unwrap_or_default(),
+                            recv: r.unwrap_or_default(),
+                            sends: u32::from(s.is_some()),
+                            recvs: u32::from(r.is_some()),
+                            ..*e
+                        };
+                        self.one_side(&one, key, tag, stats, recordings, out);
+                    }
+                }
+            }
+            Resolution::Path {
+                hops,
+                copies,
+                forwarded,
+            } => {
+                stats.stacked_copies += u64::from(copies);
+                stats.forwarded += u64::from(forwarded);
+                for (hop, (s, r)) in hops.iter().enumerate() {
+                    let tag = Tag {
+                        sub: hop as u32,
+                        ..tag
+                    };
+                    self.message(s, r, key, tag, stats, out);
+                }
+            }
+            Resolution::Ambiguous(cause) => {
+                stats.ambiguous += 1;
+                match cause {
+                    Cause::Repeated => stats.ambiguous_repeated += 1,
+                    Cause::Order => stats.ambiguous_order += 1,
+                }
+                let count = |dir: u8| list.events.iter().filter(|s| s.dir == dir).count() as u32;
+                let first = |dir: u8| list.events.iter().find(|s| s.dir == dir).copied();
+                let (sends, recvs) = (count(direction::SEND), count(direction::RECV));
+                let all = Entry {
+                    send: first(direction::SEND).unwrap_or_default(),
+                    recv: first(direction::RECV).unwrap_or_default(),
+                    // Never 1 where the key repeated: the range matcher pairs no duplicate.
+                    sends: if sends == 1 && cause == Cause::Repeated { 2 } else { sends },
+                    recvs: if recvs == 1 && cause == Cause::Repeated { 2 } else { recvs },
+                    ..*e
+                };
+                if !self.to_ranges(&all, key, tag, out) {
+                    stats.unmatched += u64::from(sends) + u64::from(recvs) + list.extra;
+                }
+            }
+        }
+        spills.close(e.recvs);
+    }
 }
+
+impl Owners for Recordings {
+    fn owner(&self, address: &[u8; 16]) -> Option<u32> {
+        self.addresses
+            .get(address)
+            .copied()
+            .filter(|&t| t != CONTESTED)
+    }
+}
+
+/// [`Recordings::addresses`]' trace for an address that several traces hold: traced, but owned
+/// by none.
+pub(super) const CONTESTED: u32 = u32::MAX;

@@ -22,9 +22,9 @@ use crate::input::{InputSet, Source, SourceKind, text};
 use crate::matching::alignment::SampleInput;
 use crate::matching::exchange::ReplyPairing;
 use crate::matching::key_hash;
-use crate::matching::keys::Recordings;
+use crate::matching::keys::{self, Recordings};
 use crate::matching::parallel::{self, Dispatch};
-use crate::matching::{MatchOptions, MatchStats, offload_warning};
+use crate::matching::{MatchOptions, MatchStats, offload_warning, unmatched_warning};
 use crate::model::{MatchedMessage, MessageSink, Origin};
 
 /// Reading the messages of an input set is the matching stage's work: the inputs only know their
@@ -153,7 +153,8 @@ fn same_host(streams: &[Stream]) -> bool {
 }
 
 /// The addresses of the traced nodes' interfaces (from the headers), in the events' layout:
-/// network byte order, IPv4 in the first 4 bytes, each with its trace. Loopback and unspecified
+/// network byte order, IPv4 in the first 4 bytes, each with its trace ([`keys::CONTESTED`] for an
+/// address several traces hold: Docker's bridge address on every host, a load balancer's). Loopback and unspecified
 /// addresses are left out: every node has them.
 fn node_addresses<'a>(
     headers: impl Iterator<Item = (u32, &'a TraceHeader)>,
@@ -177,7 +178,13 @@ fn node_addresses<'a>(
             std::net::IpAddr::V4(v4) => bytes[..4].copy_from_slice(&v4.octets()),
             std::net::IpAddr::V6(v6) => bytes = v6.octets(),
         }
-        set.entry(bytes).or_insert(trace);
+        set.entry(bytes)
+            .and_modify(|t| {
+                if *t != trace {
+                    *t = keys::CONTESTED;
+                }
+            })
+            .or_insert(trace);
     }
     set
 }
@@ -437,6 +444,7 @@ pub fn match_files<S: MessageSink + ?Sized>(
     warnings.extend(overlap_warnings(streams));
     stats.warnings.extend(warnings);
     stats.warnings.extend(offload_warning(&stats));
+    stats.warnings.extend(unmatched_warning(&stats));
     for st in streams {
         let name = st.file.path().display();
         if let Some(d) = st.file.damage() {

@@ -4,22 +4,25 @@
 //! in a table until `window` after it was first seen; only then is it decided:
 //! - one send and one receive on different traces: a message;
 //! - one send and one receive on the same trace: loopback, counted as `same_trace`;
-//! - more than one send or more than one receive: the key is `ambiguous` and dropped, because a
-//!   retransmission (or a duplicate) could pair a reception with a later send — a non-causal
-//!   message that would break the hull's guarantee;
+//! - more than one event on a side: all of the key's events are kept and resolved together
+//!   ([`passage`]): copies of the packet on stacked devices of one node (a bridge, a bond, a
+//!   VLAN, a tunnel's inner and outer packet: `stacked_copies`), its passages through traced
+//!   nodes that forward it (routing, bridging, NAT, tunnels: `forwarded`), which give one message
+//!   per hop along a path the evidence establishes, or an `ambiguous` key, dropped: a node saw the
+//!   packet twice (a retransmission or a duplicate could pair a reception with a later send — a
+//!   non-causal message that would break the hull's guarantee), or the order of the nodes on its
+//!   path is not established;
 //! - only one side: `unmatched` (packet from or to an untraced node, lost event, …) — unless it
 //!   is a TCP segment with payload that segmentation or receive offloads cut differently on the
 //!   two sides: then [`ranges`] pairs it by the sequence numbers it covers (`range_matched`).
 //!
-//! One exception to "more than one": a node whose address lives on a stacked device (a bridge, a
-//! bond, a VLAN, …) records every packet once per device it crosses, with the same digest,
-//! microseconds apart. A further event on the same trace, side and key, on another interface than
-//! that side's first event and within [`STACKED_COPY_NS`] of it, is such a copy: it is counted
-//! (`stacked_copies`) and otherwise ignored. The first copy is kept on both sides — the earliest
-//! send and the earliest receive — so the pair stays causal whatever the copies really were (even
-//! a fast retransmission through another interface: the earliest send precedes every reception).
-//! A retransmission through the same device stack repeats the first interface and stays a
-//! duplicate.
+//! Of a node's copies of one packet, the message takes the last send (the copy closest to the
+//! wire: a bridge's port, a tunnel's outer packet) and the first receive. Copies are events on
+//! one trace and side, on other interfaces, within [`STACKED_COPY_NS`] of the first: the kernel
+//! passes a packet through a device stack in one call chain. A retransmission repeats the first
+//! interface (the same stack), or comes later than that (TCP's timers wait longer, and a fast
+//! retransmission waits for duplicate acknowledgments from the receiver), and makes the key
+//! ambiguous.
 //!
 //! Memory is bounded by the keys seen in one window, not by the trace length. The window must
 //! exceed the largest one-way delay plus the residual misalignment of the traces' clocks (plus
@@ -35,6 +38,7 @@ mod live;
 pub mod merge;
 mod order;
 mod parallel;
+mod passage;
 mod ranges;
 mod sequencer;
 
@@ -108,8 +112,18 @@ pub struct MatchStats {
     pub unmatched: u64,
     /// Messages whose sender is the receiver (loopback), dropped.
     pub same_trace: u64,
-    /// Keys seen more than once on a side within the window, dropped.
+    /// Keys seen more than once on a side within the window that no path explains, dropped:
+    /// `ambiguous_repeated` + `ambiguous_order`.
     pub ambiguous: u64,
+    /// Ambiguous keys that a node saw twice (a retransmission, a duplicate), or more often than
+    /// any path explains.
+    pub ambiguous_repeated: u64,
+    /// Ambiguous keys that crossed several traced nodes in an order the evidence does not
+    /// establish (see `passage`).
+    pub ambiguous_order: u64,
+    /// Passages of packets through traced nodes that forwarded them (received and sent them:
+    /// routing, bridging, NAT, tunnels), each a hop of the path the packet's messages follow.
+    pub forwarded: u64,
     /// Events found earlier than their predecessor in their own file.
     pub out_of_order: u64,
     /// Exchanges formed.
@@ -136,6 +150,9 @@ impl MatchStats {
         self.unmatched += o.unmatched;
         self.same_trace += o.same_trace;
         self.ambiguous += o.ambiguous;
+        self.ambiguous_repeated += o.ambiguous_repeated;
+        self.ambiguous_order += o.ambiguous_order;
+        self.forwarded += o.forwarded;
         self.out_of_order += o.out_of_order;
         self.exchanges += o.exchanges;
         self.oversize_unmatched += o.oversize_unmatched;
@@ -163,6 +180,54 @@ pub fn offload_warning(stats: &MatchStats) -> Option<String> {
              its settings, so ethtool -K DEV tso off gso off changes nothing there)"
         )
     })
+}
+
+/// The warning for inputs of which most events found no partner (at least 100 events, and
+/// unmatched ones half of them or more), naming what the counts point at and what to do. Without
+/// it a user whose nodes forward their pods' traffic, say, would only see traces that nothing
+/// relates.
+pub fn unmatched_warning(stats: &MatchStats) -> Option<String> {
+    let (events, unmatched) = (stats.events, stats.unmatched);
+    if events < 100 || unmatched * 2 < events {
+        return None;
+    }
+    let share = 100.0 * unmatched as f64 / events as f64;
+    let mut causes = Vec::new();
+    if stats.ambiguous_order > 0 {
+        causes.push(format!(
+            "{} packets crossed several traced nodes that forwarded them (routing, bridging, NAT \
+             or an overlay between pods and the wire) in an order the traces do not establish: \
+             record with agents of format 5 (they record TTLs, which routing lowers), and let each \
+             agent see its pods (run it with hostPID, or record the pods' namespaces with \
+             --netns or --all-netns) so that it lists the pods' addresses",
+            stats.ambiguous_order
+        ));
+    }
+    if stats.ambiguous_repeated > 0 {
+        causes.push(format!(
+            "{} packets were seen twice on one node (retransmissions or duplicates, or UDP \
+             datagrams whose digests are alike: agents before format 5 keep only the first 8 \
+             payload bytes, the same for every datagram of a QUIC connection; upgrade them)",
+            stats.ambiguous_repeated
+        ));
+    }
+    if stats.oversize_unmatched > 0 {
+        causes.push(format!(
+            "{} packets longer than {OFFLOAD_SUSPECT_LEN} bytes between traced nodes (offloads: \
+             see the warning about them)",
+            stats.oversize_unmatched
+        ));
+    }
+    causes.push(
+        "the rest: packets to or from hosts that were not recorded, addresses rewritten between \
+         two traced hooks, or events lost while recording (tsync-analyze info shows losses)"
+            .to_owned(),
+    );
+    Some(format!(
+        "{unmatched} of {events} events ({share:.1} %) found no partner, so few messages relate \
+         the traces: {}",
+        causes.join("; ")
+    ))
 }
 
 /// The whole matching stage on one thread, event by event: the tests' way in.

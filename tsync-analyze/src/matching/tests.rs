@@ -21,7 +21,8 @@ fn sample() -> PacketEvent {
         tcp_flags: tcp_flag::ACK | tcp_flag::PSH,
         udp_data: [1, 2, 3, 4, 5, 6, 7, 8],
         udp_len: 1480,
-        reserved: [0; 2],
+        flags: 0,
+        ttl: 64,
     }
 }
 
@@ -35,6 +36,9 @@ fn key_rebuilds_the_event() {
         ifindex: e.ifindex,
         cpu: e.cpu,
         tcp_flags: e.tcp_flags,
+        dir: e.direction,
+        ttl: e.ttl,
+        flags: e.flags,
     };
     assert_eq!(Key::of(&e).event(&s, e.direction), e);
 }
@@ -77,7 +81,10 @@ fn keys_built_in_vector_registers_are_the_plain_ones() {
     let variants: [fn(&mut PacketEvent); 6] = [
         |_| {},
         |e| e.tcp_flags = 0xFF,
-        |e| e.reserved = [0xAB, 0xCD],
+        |e| {
+            e.flags = 0xAB;
+            e.ttl = 0xCD;
+        },
         |e| e.kind = tsync_common::kind::TCP_ADDON,
         |e| (e.kind, e.tcp_flags) = (tsync_common::kind::TCP_ADDON, 0xFF),
         |e| (e.udp_data, e.udp_len) = ([0xFF; 8], u16::MAX),
@@ -132,13 +139,14 @@ fn copies_on_stacked_devices_are_merged_and_retransmissions_stay_ambiguous() {
     assert_eq!(reference(&inputs, window), (msgs.clone(), st.clone()));
     assert_eq!(st.matched, 1);
     assert_eq!(st.ambiguous, 3);
-    // Packet 1's second copies; packet 2's lower copies (of both transmissions: within 1 ms
-    // of the first copy, on another interface; the repeated bridge copy makes it ambiguous).
-    assert_eq!(st.stacked_copies, 4);
-    // The earliest send and the earliest receive are kept.
+    // Packets 2 and 3 repeated on node 0; packet 4 has two first nodes.
+    assert_eq!((st.ambiguous_repeated, st.ambiguous_order), (2, 1));
+    // Packet 1's second copies.
+    assert_eq!(st.stacked_copies, 2);
+    // The last send (nearest the wire) and the earliest receive are kept.
     let (m, _, s, r) = &msgs[0];
-    assert_eq!((m.send_ns, m.recv_ns), (1_000 * US, 1_050 * US));
-    assert_eq!((s.ifindex, r.ifindex), (5, 3));
+    assert_eq!((m.send_ns, m.recv_ns), (1_000 * US + 3, 1_050 * US));
+    assert_eq!((s.ifindex, r.ifindex), (2, 3));
 }
 
 /// What a sink saw, in order.
@@ -163,14 +171,14 @@ type Input = (u32, PacketEvent, i64);
 type Outcome = (Vec<(Message, Origin, PacketEvent, PacketEvent)>, MatchStats);
 
 /// The matching rules written as plainly as possible: live keys in a list searched linearly,
-/// the key being the record without time, interface, CPU, direction, PSH/URG and reserved
-/// bytes. The optimized matcher must do exactly the same.
+/// the key being the record without time, interface, CPU, direction, PSH/URG, flags and TTL, all
+/// of a key's events kept. The optimized matcher must do exactly the same. (Keys seen more than
+/// once on a side are resolved by the same [`passage::resolve`], tested on its own.)
 fn reference(inputs: &[Input], window: i64) -> Outcome {
     struct Live {
         key: PacketEvent,
         first_seen: i64,
-        sends: Vec<(u32, PacketEvent, u64)>,
-        recvs: Vec<(u32, PacketEvent, u64)>,
+        events: Vec<(u32, PacketEvent, u64)>,
     }
     fn key_of(e: &PacketEvent) -> PacketEvent {
         PacketEvent {
@@ -179,27 +187,28 @@ fn reference(inputs: &[Input], window: i64) -> Outcome {
             cpu: 0,
             direction: 0,
             tcp_flags: e.tcp_flags & KEY_FLAGS,
-            reserved: [0; 2],
+            flags: 0,
+            ttl: 0,
             ..*e
         }
     }
     let mut out = Vec::new();
     let mut stats = MatchStats::default();
     let decide = |l: Live, out: &mut Vec<_>, stats: &mut MatchStats| {
-        if l.sends.len() > 1 || l.recvs.len() > 1 {
-            stats.ambiguous += 1;
-            stats.unmatched += (l.sends.len() + l.recvs.len()) as u64;
-        } else if l.sends.is_empty() || l.recvs.is_empty() {
-            stats.unmatched += 1;
-        } else if l.sends[0].0 == l.recvs[0].0 {
-            stats.same_trace += 1;
-        } else {
-            let ((st, se, si), (rt, re, ri)) = (l.sends[0], l.recvs[0]);
+        let side = |dir: u8| {
+            l.events
+                .iter()
+                .filter(move |(_, e, _)| e.direction == dir)
+                .copied()
+        };
+        let (sends, recvs): (Vec<_>, Vec<_>) = (
+            side(direction::SEND).collect(),
+            side(direction::RECV).collect(),
+        );
+        let mut message = |(st, se, si): (u32, PacketEvent, u64),
+                           (rt, re, ri): (u32, PacketEvent, u64),
+                           stats: &mut MatchStats| {
             stats.matched += 1;
-            let clean = |mut e: PacketEvent| {
-                e.reserved = [0; 2];
-                e
-            };
             out.push((
                 Message {
                     send_trace: st,
@@ -211,9 +220,75 @@ fn reference(inputs: &[Input], window: i64) -> Outcome {
                     send_index: si,
                     recv_index: ri,
                 },
-                clean(se),
-                clean(re),
+                se,
+                re,
             ));
+        };
+        if sends.len() <= 1 && recvs.len() <= 1 {
+            if sends.is_empty() || recvs.is_empty() {
+                stats.unmatched += 1;
+            } else if sends[0].0 == recvs[0].0 {
+                stats.same_trace += 1;
+            } else {
+                message(sends[0], recvs[0], stats);
+            }
+            return;
+        }
+        let original = |s: &Seen| {
+            *l.events
+                .iter()
+                .find(|(t, _, i)| *t == s.trace && *i == s.index)
+                .expect("an event of the key")
+        };
+        let mut seen: Vec<Seen> = l
+            .events
+            .iter()
+            .map(|&(trace, e, index)| Seen {
+                time: e.ts_ns as i64,
+                index,
+                trace,
+                ifindex: e.ifindex,
+                cpu: e.cpu,
+                tcp_flags: e.tcp_flags,
+                dir: e.direction,
+                ttl: e.ttl,
+                flags: e.flags,
+            })
+            .collect();
+        let resolution = passage::resolve(
+            &mut seen,
+            &l.key.saddr,
+            &l.key.daddr,
+            &keys::Recordings::default(),
+        );
+        match resolution {
+            passage::Resolution::Local { send, recv, copies } => {
+                stats.stacked_copies += u64::from(copies);
+                match (send, recv) {
+                    (Some(s), Some(r)) if s.trace == r.trace => stats.same_trace += 1,
+                    (Some(s), Some(r)) => message(original(&s), original(&r), stats),
+                    _ => stats.unmatched += 1,
+                }
+            }
+            passage::Resolution::Path {
+                hops,
+                copies,
+                forwarded,
+            } => {
+                stats.stacked_copies += u64::from(copies);
+                stats.forwarded += u64::from(forwarded);
+                for (s, r) in &hops {
+                    message(original(s), original(r), stats);
+                }
+            }
+            passage::Resolution::Ambiguous(cause) => {
+                stats.ambiguous += 1;
+                match cause {
+                    passage::Cause::Repeated => stats.ambiguous_repeated += 1,
+                    passage::Cause::Order => stats.ambiguous_order += 1,
+                }
+                stats.unmatched += l.events.len() as u64;
+            }
         }
     };
     let mut live: Vec<Live> = Vec::new();
@@ -226,32 +301,13 @@ fn reference(inputs: &[Input], window: i64) -> Outcome {
         let index = counts[trace as usize];
         counts[trace as usize] += 1;
         let k = key_of(&e);
-        let l = match live.iter_mut().position(|l| l.key == k) {
-            Some(i) => &mut live[i],
-            None => {
-                live.push(Live {
-                    key: k,
-                    first_seen: aligned,
-                    sends: Vec::new(),
-                    recvs: Vec::new(),
-                });
-                live.last_mut().expect("just pushed")
-            }
-        };
-        let side = if e.direction == direction::SEND {
-            &mut l.sends
-        } else {
-            &mut l.recvs
-        };
-        match side.first() {
-            Some(&(t0, e0, _))
-                if t0 == trace
-                    && e0.ifindex != e.ifindex
-                    && e0.ts_ns.abs_diff(e.ts_ns) <= STACKED_COPY_NS =>
-            {
-                stats.stacked_copies += 1;
-            }
-            _ => side.push((trace, e, index)),
+        match live.iter_mut().position(|l| l.key == k) {
+            Some(i) => live[i].events.push((trace, e, index)),
+            None => live.push(Live {
+                key: k,
+                first_seen: aligned,
+                events: vec![(trace, e, index)],
+            }),
         }
     }
     for l in live {
@@ -293,7 +349,10 @@ fn event(packet: u64, trace: u32, send: bool, ts: u64, noise: u64) -> (u32, Pack
     e.tcp_flags = tcp_flag::ACK | if noise & 1 != 0 { tcp_flag::PSH } else { 0 };
     e.cpu = (noise >> 1) as u16 & 3;
     e.ifindex = (noise >> 3) as u32 & 3;
-    e.reserved = [(noise >> 5) as u8 & 1, 0];
+    // The encapsulation flag varies freely too; the TTL falls by one per trace, as if each
+    // trace's node routed: evidence that orders passages.
+    e.flags = (noise >> 5) as u8 & 1;
+    e.ttl = 64 - trace as u8;
     e.ts_ns = ts;
     e.direction = if send {
         direction::SEND

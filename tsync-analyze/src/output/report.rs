@@ -393,17 +393,29 @@ pub fn to_text(r: &SyncResult) -> String {
             String::new()
         }
     };
+    let causes = if m.ambiguous > 0 {
+        format!(
+            " ({} seen twice on a node, {} through nodes in an unknown order)",
+            m.ambiguous_repeated, m.ambiguous_order
+        )
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         s,
-        "Messages: {} matched from {} events ({} unmatched, {} same-trace, {} ambiguous keys dropped{}{})",
+        "Messages: {} matched from {} events ({} unmatched, {} same-trace, {} ambiguous keys dropped{causes}{}{}{})",
         m.matched,
         m.events,
         m.unmatched,
         m.same_trace,
         m.ambiguous,
         extra(
+            m.forwarded,
+            "passages through nodes that forwarded the packet"
+        ),
+        extra(
             m.stacked_copies,
-            "copies on stacked devices (bridge, bond, VLAN) merged"
+            "copies on stacked devices (bridge, bond, VLAN, tunnel) merged"
         ),
         extra(m.out_of_order, "events out of order in their file"),
     );
