@@ -14,6 +14,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use tsync_common::PacketEvent;
+use tsync_common::format::read_address_tables;
 
 use crate::input::ahead::{self, Decoders};
 use crate::input::error::InputError;
@@ -152,26 +153,17 @@ fn same_host(streams: &[Stream]) -> bool {
     })
 }
 
-/// The addresses of the traced nodes' interfaces (from the headers), in the events' layout:
-/// network byte order, IPv4 in the first 4 bytes, each with its trace ([`keys::CONTESTED`] for an
-/// address several traces hold: Docker's bridge address on every host, a load balancer's). Loopback and unspecified
-/// addresses are left out: every node has them.
-fn node_addresses<'a>(
-    headers: impl Iterator<Item = (u32, &'a TraceHeader)>,
-) -> HashMap<[u8; 16], u32> {
+/// The addresses of the traced nodes (the headers' interfaces, and from format version 5 on the
+/// address tables: every namespace of the node, its pods' too), in the events' layout: network
+/// byte order, IPv4 in the first 4 bytes, each with its trace ([`keys::CONTESTED`] for an
+/// address several traces hold: Docker's bridge address on every host, a load balancer's).
+/// Loopback and unspecified addresses are left out: every node has them. A file whose tables
+/// cannot be read gives the addresses read before the damage (its events say the rest).
+fn node_addresses(streams: &[Stream]) -> HashMap<[u8; 16], u32> {
     let mut set = HashMap::new();
-    for (trace, addr) in headers.flat_map(|(trace, h)| {
-        h.interfaces
-            .iter()
-            .flat_map(|i| &i.addresses)
-            .map(move |a| (trace, a))
-    }) {
-        let ip = addr.split('/').next().unwrap_or_default();
-        let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
-            continue;
-        };
+    let mut hold = |trace: u32, ip: std::net::IpAddr| {
         if ip.is_loopback() || ip.is_unspecified() {
-            continue;
+            return;
         }
         let mut bytes = [0u8; 16];
         match ip {
@@ -185,6 +177,23 @@ fn node_addresses<'a>(
                 }
             })
             .or_insert(trace);
+    };
+    for st in streams {
+        let header = st.file.header();
+        for addr in header.interfaces.iter().flat_map(|i| &i.addresses) {
+            if let Ok(ip) = addr.split('/').next().unwrap_or_default().parse() {
+                hold(st.trace, ip);
+            }
+        }
+        if st.file.ctf().is_some() || st.file.version() < 5 {
+            continue;
+        }
+        let tables = read_address_tables(st.file.path()).map(|t| t.tables).unwrap_or_default();
+        for ns in tables.iter().flat_map(|t| &t.namespaces) {
+            for a in &ns.addresses {
+                hold(st.trace, a.ip);
+            }
+        }
     }
     set
 }
@@ -315,9 +324,7 @@ impl Reader {
         }
         warnings.extend(duplicate_warnings(&streams));
         let mut recordings = Recordings::default();
-        recordings.set_addresses(node_addresses(
-            streams.iter().map(|st| (st.trace, st.file.header())),
-        ));
+        recordings.set_addresses(node_addresses(&streams));
         for st in streams.iter_mut() {
             // (An event chunk may be empty: look for the first event.)
             while st.refill()? {
