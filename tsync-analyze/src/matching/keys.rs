@@ -14,8 +14,8 @@ use tsync_common::{PacketEvent, direction};
 use super::key::{Key, KeyLanes};
 use super::live::{LiveKeys, Probe};
 use super::order::{Decisions, Tag};
-use super::ranges::{RangeMatcher, Unpaired};
 use super::passage::{self, Cause, Owners, Resolution};
+use super::ranges::{RangeMatcher, Unpaired};
 use super::{MatchStats, OFFLOAD_SUSPECT_LEN};
 use crate::model::{Message, Origin};
 
@@ -278,7 +278,11 @@ impl KeyMatcher {
                 // A second event on a side: the key's events go to a list, for `passage`.
                 let mut held = [Seen::default(); 3];
                 let mut n = 0;
-                for (s, c) in [(entry.send, entry.sends), (entry.recv, entry.recvs), (seen, 1)] {
+                for (s, c) in [
+                    (entry.send, entry.sends),
+                    (entry.recv, entry.recvs),
+                    (seen, 1),
+                ] {
                     if c > 0 {
                         held[n] = s;
                         n += 1;
@@ -467,10 +471,7 @@ impl Rules {
                 tag,
                 message,
                 origin,
-                [
-                    key.event(s, direction::SEND),
-                    key.event(r, direction::RECV),
-                ],
+                [key.event(s, direction::SEND), key.event(r, direction::RECV)],
             );
         } else {
             out.message(tag, message, origin);
@@ -538,12 +539,19 @@ impl Rules {
                 let count = |dir: u8| list.events.iter().filter(|s| s.dir == dir).count() as u32;
                 let first = |dir: u8| list.events.iter().find(|s| s.dir == dir).copied();
                 let (sends, recvs) = (count(direction::SEND), count(direction::RECV));
+                // Never 1 where the key repeated: the range matcher pairs no duplicate.
+                let repeated = |n: u32| {
+                    if n == 1 && cause == Cause::Repeated {
+                        2
+                    } else {
+                        n
+                    }
+                };
                 let all = Entry {
                     send: first(direction::SEND).unwrap_or_default(),
                     recv: first(direction::RECV).unwrap_or_default(),
-                    // Never 1 where the key repeated: the range matcher pairs no duplicate.
-                    sends: if sends == 1 && cause == Cause::Repeated { 2 } else { sends },
-                    recvs: if recvs == 1 && cause == Cause::Repeated { 2 } else { recvs },
+                    sends: repeated(sends),
+                    recvs: repeated(recvs),
                     ..*e
                 };
                 if !self.to_ranges(&all, key, tag, out) {

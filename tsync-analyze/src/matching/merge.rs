@@ -77,6 +77,17 @@ impl InputSet {
                 stats.matched += t.messages;
                 stats.same_trace += t.same_trace;
             }
+            if let SourceKind::Spans { file } = &src.kind {
+                let s = crate::spans::for_each_message_in(
+                    src,
+                    file,
+                    &self.spans,
+                    options.exchanges,
+                    sink,
+                    progress,
+                )?;
+                stats.add(&s);
+            }
         }
         let trace_sources: Vec<&Source> =
             self.sources.iter().filter(|s| s.kind.is_trace()).collect();
@@ -188,7 +199,9 @@ fn node_addresses(streams: &[Stream]) -> HashMap<[u8; 16], u32> {
         if st.file.ctf().is_some() || st.file.version() < 5 {
             continue;
         }
-        let tables = read_address_tables(st.file.path()).map(|t| t.tables).unwrap_or_default();
+        let tables = read_address_tables(st.file.path())
+            .map(|t| t.tables)
+            .unwrap_or_default();
         for ns in tables.iter().flat_map(|t| &t.namespaces) {
             for a in &ns.addresses {
                 hold(st.trace, a.ip);

@@ -222,9 +222,7 @@ fn path_order(
     let n = passages.len();
     let source = owners.owner(saddr);
     let destination = owners.owner(daddr);
-    let first = |p: &Passage| {
-        events[p.first].dir == direction::SEND || source == Some(p.trace)
-    };
+    let first = |p: &Passage| events[p.first].dir == direction::SEND || source == Some(p.trace);
     let last = |p: &Passage| events[p.last].dir == direction::RECV || destination == Some(p.trace);
     let entry_ttl = |p: &Passage| events[p.first].ttl;
     // before[i][j]: passage i comes before passage j on the path.
