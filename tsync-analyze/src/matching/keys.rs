@@ -539,19 +539,12 @@ impl Rules {
                 let count = |dir: u8| list.events.iter().filter(|s| s.dir == dir).count() as u32;
                 let first = |dir: u8| list.events.iter().find(|s| s.dir == dir).copied();
                 let (sends, recvs) = (count(direction::SEND), count(direction::RECV));
-                // Never 1 where the key repeated: the range matcher pairs no duplicate.
-                let repeated = |n: u32| {
-                    if n == 1 && cause == Cause::Repeated {
-                        2
-                    } else {
-                        n
-                    }
-                };
+                // The range matcher pairs no byte that a count above 1 covers twice.
                 let all = Entry {
                     send: first(direction::SEND).unwrap_or_default(),
                     recv: first(direction::RECV).unwrap_or_default(),
-                    sends: repeated(sends),
-                    recvs: repeated(recvs),
+                    sends,
+                    recvs,
                     ..*e
                 };
                 if !self.to_ranges(&all, key, tag, out) {

@@ -244,12 +244,9 @@ fn path_order(
             }
         }
     }
-    for i in 0..n {
-        for j in i + 1..n {
-            if before[i][j] == before[j][i] {
-                return None;
-            }
-        }
+    let pairs = (0..n).flat_map(|i| (i + 1..n).map(move |j| (i, j)));
+    if pairs.into_iter().any(|(i, j)| before[i][j] == before[j][i]) {
+        return None;
     }
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| (0..n).filter(|&j| before[j][i]).count());
