@@ -1,7 +1,8 @@
 //! `tsync-analyze info`: what each input holds — for a trace file its header, event counts,
 //! lost events, clock samples and time span; for a text message file its traces and messages;
 //! for an LTTng (CTF) trace directory, per trace: tracer, host, clock, events, the network
-//! events found and what the tracer discarded.
+//! events found and what the tracer discarded; for a span file its nodes, spans and the
+//! messages their pairs give, with every count of what could not be paired.
 
 use std::path::{Path, PathBuf};
 
@@ -14,11 +15,12 @@ use super::{CliError, CmdResult};
 
 #[derive(Args)]
 pub struct InfoCmd {
-    /// Trace files (tsync-agent), text message files and/or LTTng (CTF) trace directories.
+    /// Trace files (tsync-agent), text message files, OpenTelemetry span files and/or LTTng
+    /// (CTF) trace directories.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
-    /// Print a JSON array with one object per file (`"format": "trace"`, `"text"` or `"ctf"`,
-    /// one per trace of a directory).
+    /// Print a JSON array with one object per file (`"format": "trace"`, `"text"`, `"spans"` or
+    /// `"ctf"`, one per trace of a directory).
     #[arg(long)]
     pub json: bool,
 }
@@ -131,6 +133,20 @@ fn describe_file(path: &Path) -> Result<(serde_json::Value, String), CliError> {
             let v = serde_json::to_value(&s)?;
             Ok((v, render_text(&s)))
         }
+        SourceKind::Spans { .. } => {
+            let options = tsync_analyze::spans::SpanOptions::default();
+            let stats = tsync_analyze::spans::inspect(path, &options)?;
+            let mut v = serde_json::to_value(&stats)?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("format".into(), "spans".into());
+            }
+            let mut text = format!("{}\n  format         OTLP/JSON spans\n", path.display());
+            for line in stats.warnings() {
+                let line = line.split_once(": ").map_or(line.as_str(), |(_, l)| l);
+                text.push_str(&format!("  {line}\n"));
+            }
+            Ok((v, text))
+        }
         SourceKind::Ctf => unreachable!("directories are described above"),
     }
 }
@@ -163,16 +179,29 @@ fn render_trace(info: &TraceSummary) -> String {
         format!("{}, clocksource {}", h.kernel_release, h.clocksource),
     );
     line("boot id", h.boot_id.clone());
+    // Interface indexes repeat across namespaces: name the namespace when there are several.
+    let several = h
+        .interfaces
+        .iter()
+        .any(|i| i.netns_inode != h.interfaces[0].netns_inode);
     for iface in &h.interfaces {
+        let netns = if several {
+            format!(" (netns {})", iface.netns_inode)
+        } else {
+            String::new()
+        };
         line(
             "interface",
             format!(
-                "{} #{} {}",
+                "{} #{}{netns} {}",
                 iface.name,
                 iface.ifindex,
                 iface.addresses.join(" ")
             ),
         );
+    }
+    for (key, value) in info.namespaces.lines(info.format_version) {
+        line(key, value);
     }
     if let Some(skew) = &h.options.clock_skew {
         line(
@@ -187,10 +216,21 @@ fn render_trace(info: &TraceSummary) -> String {
     line(
         "events",
         format!(
-            "{} ({} sent, {} received; TCP/IPv4 {}, TCP/IPv6 {}, UDP/IPv4 {})",
-            e.total, e.send, e.recv, e.tcp4, e.tcp6, e.udp4
+            "{} ({} sent, {} received; TCP/IPv4 {}, TCP/IPv6 {}, UDP/IPv4 {}, UDP/IPv6 {})",
+            e.total, e.send, e.recv, e.tcp4, e.tcp6, e.udp4, e.udp6
         ),
     );
+    if e.forwarded > 0 || e.encapsulated > 0 {
+        line(
+            "forwarded",
+            format!(
+                "{} packets received and sent on by the node (its pods' traffic, routed or \
+                 bridged; a NAT changes the digest); {} events of tunnels' outer packets, \
+                 digested by the packet inside",
+                e.forwarded, e.encapsulated
+            ),
+        );
+    }
     if e.out_of_order > 0 {
         line(
             "out of order",

@@ -6,15 +6,21 @@
 //! the kernel's clock discipline as its adjtimex states, and how much slewing the analyzer
 //! undoes as the [`SlewSummary`]).
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use tsync_common::format::{ClockSample, Header, KernelClock, LostCounts};
+use tsync_common::format::{
+    AddressTable, ClockSample, Header, HeldAddress, KernelClock, LostCounts, RecordedNetns,
+    held_addresses, read_address_tables,
+};
 
 use crate::input::InputError;
 use crate::input::slew::{SlewCorrection, SlewSummary};
 use crate::input::tracefile::TraceFile;
-use tsync_common::{PacketEvent, direction, kind};
+use tsync_common::{PacketEvent, direction, flag, kind};
+
+use crate::input::passages::Passages;
 
 /// Everything `info` reports about one file.
 #[derive(Serialize, Debug, Clone)]
@@ -38,6 +44,8 @@ pub struct TraceSummary {
     pub last_ns: Option<u64>,
     /// What the node's clock samples say about its clocks.
     pub clock: ClockSummary,
+    /// The network namespaces recorded, and the addresses the node held (format version 5 on).
+    pub namespaces: NamespaceSummary,
     /// True when the file ends with its end chunk.
     pub complete: bool,
     /// What could not be read, if anything.
@@ -57,8 +65,16 @@ pub struct EventCounts {
     pub tcp4: u64,
     /// IPv6 + TCP events.
     pub tcp6: u64,
-    /// IPv4 + UDP events (any kind that is not TCP is counted here).
+    /// IPv4 + UDP events (any kind that is not TCP or UDP/IPv6 is counted here).
     pub udp4: u64,
+    /// IPv6 + UDP events (format version 5 on).
+    pub udp6: u64,
+    /// Events of a tunnel's outer packets, digested by the packet inside (VXLAN, Geneve; format
+    /// version 5 on).
+    pub encapsulated: u64,
+    /// Packets the node received and sent on within 1 ms (routed, bridged, NAT'ed or tunnelled
+    /// between its pods and the wire): the matcher follows them from node to node.
+    pub forwarded: u64,
     /// Events whose time is earlier than the event before them in the file.
     pub out_of_order: u64,
 }
@@ -95,6 +111,81 @@ impl SizeSummary {
             ));
         }
         text
+    }
+}
+
+/// Which network namespaces a trace recorded, and which addresses the node held in all the
+/// namespaces its agent saw (pods included): what tells the analyzer which packets the node
+/// sent or received rather than forwarded.
+#[derive(Serialize, Debug, Clone, Default, PartialEq)]
+pub struct NamespaceSummary {
+    /// Every namespace was recorded (`--all-netns`).
+    pub all_netns: bool,
+    /// The namespaces recorded, when not all: the agent's own, or those of `--netns` (for files
+    /// before version 5, the agent's own when the header names it).
+    pub recorded: Vec<RecordedNetns>,
+    /// Address tables in the file: one at the start, one per change (0 before version 5).
+    pub address_tables: usize,
+    /// Distinct addresses the node held over the recording, in any namespace.
+    pub addresses: usize,
+    /// Namespaces that held at least one of them.
+    pub namespaces: usize,
+    /// Of the addresses, those held in recorded namespaces.
+    pub recorded_addresses: usize,
+    /// Each address with its namespace and the interval it was held in (see
+    /// `tsync_common::format::held_addresses`).
+    pub held: Vec<HeldAddress>,
+}
+
+impl NamespaceSummary {
+    fn new(header: &Header, tables: &[AddressTable]) -> Self {
+        let held = held_addresses(tables);
+        let distinct = |pick: &dyn Fn(&HeldAddress) -> bool| {
+            held.iter()
+                .filter(|h| pick(h))
+                .map(|h| h.address.ip)
+                .collect::<BTreeSet<_>>()
+                .len()
+        };
+        NamespaceSummary {
+            all_netns: header.options.all_netns,
+            recorded: header.options.recorded_netns.clone(),
+            address_tables: tables.len(),
+            addresses: distinct(&|_| true),
+            namespaces: held
+                .iter()
+                .map(|h| h.netns_inode)
+                .collect::<BTreeSet<_>>()
+                .len(),
+            recorded_addresses: distinct(&|h| h.recorded),
+            held,
+        }
+    }
+
+    /// The `namespaces` and `addresses` lines of `info`.
+    pub fn lines(&self, format_version: u32) -> Vec<(&'static str, String)> {
+        let recorded = if self.all_netns {
+            "all (--all-netns)".to_owned()
+        } else if self.recorded.is_empty() {
+            "not named in the header".to_owned()
+        } else {
+            self.recorded
+                .iter()
+                .map(|ns| format!("{} ({})", ns.inode, ns.path))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let addresses = if format_version < 5 {
+            format!("not recorded (format version {format_version}; from version 5 on)")
+        } else if self.address_tables == 0 {
+            "no address table in the file".to_owned()
+        } else {
+            format!(
+                "{} held in {} namespace(s), {} of them in recorded ones ({} table(s))",
+                self.addresses, self.namespaces, self.recorded_addresses, self.address_tables
+            )
+        };
+        vec![("namespaces", recorded), ("addresses", addresses)]
     }
 }
 
@@ -229,8 +320,10 @@ pub struct DamageInfo {
 }
 
 impl EventCounts {
-    fn add(&mut self, events: &[PacketEvent], last_ns: &mut Option<u64>) {
+    fn add(&mut self, events: &[PacketEvent], last_ns: &mut Option<u64>, passages: &mut Passages) {
         for e in events {
+            passages.add(e);
+            self.encapsulated += u64::from(e.flags & flag::ENCAPSULATED != 0);
             self.total += 1;
             match e.direction {
                 direction::SEND => self.send += 1,
@@ -239,6 +332,7 @@ impl EventCounts {
             match e.kind {
                 kind::TCP4 => self.tcp4 += 1,
                 kind::TCP6 => self.tcp6 += 1,
+                kind::UDP6_HASHED => self.udp6 += 1,
                 _ => self.udp4 += 1,
             }
             if last_ns.is_some_and(|last| e.ts_ns < last) {
@@ -300,16 +394,24 @@ impl ClockSummary {
 pub fn inspect(path: &Path) -> Result<TraceSummary, InputError> {
     let mut reader = TraceFile::open(path)?;
     let mut events = EventCounts::default();
+    let mut passages = Passages::default();
     let (mut first_ns, mut last_ns) = (None, None);
     while let Some(chunk) = reader.next_chunk()? {
         if first_ns.is_none() {
             first_ns = chunk.first().map(|e| e.ts_ns);
         }
-        events.add(chunk, &mut last_ns);
+        events.add(chunk, &mut last_ns, &mut passages);
     }
+    events.forwarded = passages.forwarded;
     let bytes = std::fs::metadata(path)
         .map_err(|e| InputError::io(path, e))?
         .len();
+    // A second pass that reads only the chunk headers and the address tables (it seeks over
+    // everything else).
+    let tables = read_address_tables(path).map_err(|e| InputError::Trace {
+        path: path.to_owned(),
+        what: e.to_string(),
+    })?;
     Ok(TraceSummary {
         path: path.to_owned(),
         header: reader.header().clone(),
@@ -324,6 +426,7 @@ pub fn inspect(path: &Path) -> Result<TraceSummary, InputError> {
             reader.samples_bracketed(),
             reader.kernel_clock(),
         ),
+        namespaces: NamespaceSummary::new(reader.header(), &tables.tables),
         complete: reader.footer().is_some(),
         damage: reader.damage().map(|d| DamageInfo {
             offset: d.offset,
@@ -382,6 +485,74 @@ mod tests {
             lines[1].1
         );
         assert!(lines[2].1.contains("ppm per 10 s"), "{}", lines[2].1);
+    }
+
+    #[test]
+    fn addresses_are_counted_over_every_table_and_namespace() {
+        use tsync_common::format::{IpPrefix, NamespaceAddresses};
+        let ns = |inode, recorded, addrs: &[&str]| NamespaceAddresses {
+            inode,
+            recorded,
+            addresses: addrs
+                .iter()
+                .map(|a| {
+                    let (ip, len) = a.split_once('/').unwrap();
+                    IpPrefix {
+                        ip: ip.parse().unwrap(),
+                        len: len.parse().unwrap(),
+                    }
+                })
+                .collect(),
+        };
+        let tables = [
+            AddressTable {
+                monotonic_ns: 1,
+                namespaces: vec![
+                    ns(7, true, &["10.0.0.1/24"]),
+                    ns(9, false, &["10.1.0.5/24"]),
+                ],
+            },
+            // The pod moved to another namespace with the same address, and got an IPv6 one.
+            AddressTable {
+                monotonic_ns: 2,
+                namespaces: vec![
+                    ns(7, true, &["10.0.0.1/24"]),
+                    ns(10, false, &["10.1.0.5/24", "fd00::5/64"]),
+                ],
+            },
+        ];
+        let mut header = Header::default();
+        header.options.recorded_netns = vec![RecordedNetns {
+            inode: 7,
+            path: "/run/netns/a".into(),
+        }];
+        let s = NamespaceSummary::new(&header, &tables);
+        assert_eq!(
+            (
+                s.address_tables,
+                s.addresses,
+                s.namespaces,
+                s.recorded_addresses
+            ),
+            (2, 3, 3, 1)
+        );
+        assert_eq!(s.held.len(), 4);
+        assert_eq!(
+            s.lines(5),
+            [
+                ("namespaces", "7 (/run/netns/a)".to_owned()),
+                (
+                    "addresses",
+                    "3 held in 3 namespace(s), 1 of them in recorded ones (2 table(s))".to_owned()
+                )
+            ]
+        );
+        let old = NamespaceSummary::new(&Header::default(), &[]);
+        assert_eq!(
+            old.lines(4)[1].1,
+            "not recorded (format version 4; from version 5 on)"
+        );
+        assert_eq!(old.lines(5)[1].1, "no address table in the file");
     }
 
     #[test]

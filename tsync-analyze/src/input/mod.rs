@@ -1,11 +1,13 @@
 //! The analyzer's inputs: agent trace files (one trace each), text message files (several
-//! traces each) and LTTng (CTF) trace directories (one trace each; a directory holding several,
-//! as an LTTng session does, gives one input per trace), told apart by their content. Traces get
-//! consecutive indices in argument order.
+//! traces each), OpenTelemetry span files (one trace per node: `crate::spans`) and LTTng (CTF)
+//! trace directories (one trace each; a directory holding several, as an LTTng session does,
+//! gives one input per trace), told apart by their content. Traces get consecutive indices in
+//! argument order.
 
 pub mod ahead;
 pub mod error;
 pub mod info;
+pub mod passages;
 pub mod slew;
 pub mod text;
 pub mod tracefile;
@@ -28,6 +30,12 @@ pub enum SourceKind {
     Trace,
     /// A CTF trace directory (LTTng), read through the same [`tracefile::TraceFile`] layer.
     Ctf,
+    /// OpenTelemetry spans in OTLP/JSON (`crate::spans`): one trace per node, in the order of
+    /// `file.nodes` (empty from [`sniff`], which does not read the file).
+    Spans {
+        /// The nodes found, with the attribute that named each, and the file's epoch.
+        file: crate::spans::SpanFile,
+    },
 }
 
 impl SourceKind {
@@ -73,6 +81,8 @@ pub struct InputSet {
     pub sources: Vec<Source>,
     /// Every trace of every file, in index order.
     pub traces: Vec<TraceInfo>,
+    /// How span files are read (their nodes were found with it).
+    pub spans: crate::spans::SpanOptions,
 }
 
 /// How many bytes at the start of a file tell its kind.
@@ -99,11 +109,21 @@ pub fn read_prefix(input: &mut impl Read) -> std::io::Result<Vec<u8>> {
 pub fn sniff_prefix(prefix: &[u8], name: &dyn std::fmt::Display) -> Result<SourceKind, InputError> {
     if crate::input::tracefile::is_trace_file(prefix) {
         Ok(SourceKind::Trace)
+    } else if crate::spans::looks_like_spans(prefix) {
+        Ok(SourceKind::Spans {
+            file: crate::spans::SpanFile::default(),
+        })
+    } else if crate::spans::looks_like_json_object(prefix) {
+        Err(InputError::Invalid(format!(
+            "{name}: a JSON object, but not OpenTelemetry traces (no `resourceSpans` at its \
+             start: OTLP/JSON `TracesData`, one per line, as the Collector's file exporter writes)"
+        )))
     } else if text::looks_like_text(prefix) {
         Ok(SourceKind::Text { traces: 0 })
     } else {
         Err(InputError::Invalid(format!(
-            "{name}: neither a tsync trace file (no TSYNCTRC magic) nor a text message file"
+            "{name}: neither a tsync trace file (no TSYNCTRC magic), nor OTLP/JSON spans, nor a \
+             text message file"
         )))
     }
 }
@@ -128,8 +148,18 @@ pub fn sniff(path: &Path) -> Result<SourceKind, InputError> {
 }
 
 impl InputSet {
-    /// Opens and checks the headers of every input.
+    /// Opens and checks the headers of every input (span files with the default
+    /// [`SpanOptions`](crate::spans::SpanOptions)).
     pub fn open<P: AsRef<Path>>(paths: &[P]) -> Result<InputSet, InputError> {
+        InputSet::open_with(paths, &crate::spans::SpanOptions::default())
+    }
+
+    /// [`open`](Self::open), reading span files with `spans` (a span file is read once here,
+    /// for its nodes).
+    pub fn open_with<P: AsRef<Path>>(
+        paths: &[P],
+        spans: &crate::spans::SpanOptions,
+    ) -> Result<InputSet, InputError> {
         if paths.is_empty() {
             return Err(InputError::Invalid("no input files given".into()));
         }
@@ -180,6 +210,18 @@ impl InputSet {
                     SourceKind::Trace
                 }
                 SourceKind::Ctf => unreachable!("directories are expanded above"),
+                SourceKind::Spans { .. } => {
+                    let file = crate::spans::scan(path, spans)?;
+                    for (i, n) in file.nodes.iter().enumerate() {
+                        traces.push(TraceInfo {
+                            index: first_trace + i as u32,
+                            name: n.name.clone(),
+                            source: sources.len(),
+                            header: None,
+                        });
+                    }
+                    SourceKind::Spans { file }
+                }
                 SourceKind::Text { .. } => {
                     let h = text::read_header(path)?;
                     for i in 0..h.traces {
@@ -201,7 +243,11 @@ impl InputSet {
             });
         }
         dedupe_names(&mut traces);
-        Ok(InputSet { sources, traces })
+        Ok(InputSet {
+            sources,
+            traces,
+            spans: spans.clone(),
+        })
     }
 
     /// Total size of the inputs in bytes.
