@@ -159,11 +159,11 @@ fn btf_line() -> Line {
 /// proof that this kernel's verifier and tracepoints accept them.
 fn hooks_line() -> Line {
     let page = loader::check_ring_size(1 << 16).unwrap_or(1 << 16);
-    let netns_inode = node::netns_inode().ok();
+    let netns = node::netns_inode().ok().map(|own| vec![own]);
     match Capture::load(
         &LoadOptions {
             ring_size: page,
-            netns_inode,
+            netns,
         },
         || Ok(()),
     ) {

@@ -12,6 +12,7 @@ use aya::{
 };
 use aya_log::EbpfLogger;
 use tsync_common::{
+    MAX_NETNS,
     format::LostCounts,
     names::{BATCHES_MAP, EVENTS_MAP, FLUSH_PROGRAM, LOST_MAP, PENDING_MAP, PROGRAMS, global},
 };
@@ -55,8 +56,8 @@ pub struct Capture {
 /// What to load.
 pub struct LoadOptions {
     pub ring_size: u32,
-    /// Network namespace inode to filter on; None records every namespace.
-    pub netns_inode: Option<u64>,
+    /// Inode numbers of the network namespaces to record; None records every namespace.
+    pub netns: Option<Vec<u64>>,
 }
 
 /// Rings at least this large are drained by the agent's timer alone (every 10 ms): a quarter of
@@ -106,10 +107,29 @@ impl Capture {
         raise_memlock_limit();
         let aya_btf = aya::Btf::from_sys_fs().context("cannot read the kernel BTF for aya")?;
         // Inode numbers of namespaces are 32-bit in the kernel (ns_common.inum).
-        let netns = match opts.netns_inode {
-            Some(ino) => u32::try_from(ino)
-                .with_context(|| format!("network namespace inode {ino} does not fit 32 bits"))?,
-            None => 0,
+        let inodes = opts
+            .netns
+            .iter()
+            .flatten()
+            .map(|&ino| {
+                u32::try_from(ino)
+                    .with_context(|| format!("network namespace inode {ino} does not fit 32 bits"))
+            })
+            .collect::<Result<Vec<u32>>>()?;
+        // One namespace is one compare in the programs; several, a list they go through.
+        let mut netns_list = [0u32; MAX_NETNS];
+        let netns = match inodes.as_slice() {
+            [] => 0,
+            [one] => *one,
+            several => {
+                anyhow::ensure!(
+                    several.len() <= MAX_NETNS,
+                    "at most {MAX_NETNS} network namespaces can be recorded by name, not {}",
+                    several.len()
+                );
+                netns_list[..several.len()].copy_from_slice(several);
+                0
+            }
         };
         let mut loader = EbpfLoader::new();
         loader.btf(Some(&aya_btf));
@@ -123,6 +143,7 @@ impl Capture {
         let log_level = logging::ebpf_level();
         loader
             .override_global(global::NETNS_INUM, &netns, true)
+            .override_global(global::NETNS_LIST, &netns_list, true)
             .override_global(global::WAKEUP_BYTES, &wakeup_bytes, true)
             .override_global(global::BATCHING, &batching, true)
             .override_global(global::LOG_LEVEL, &log_level, false)
@@ -131,8 +152,10 @@ impl Capture {
             "kernel offsets from BTF: {offsets:?}; ring buffer {} bytes, wakeup at {wakeup_bytes} \
              bytes; namespace filter {}; eBPF messages up to {}; {}",
             opts.ring_size,
-            opts.netns_inode
-                .map_or("off (--all-netns)".to_owned(), |ino| format!("inode {ino}")),
+            match &opts.netns {
+                None => "off (--all-netns)".to_owned(),
+                Some(list) => format!("inode {list:?}"),
+            },
             log::max_level(),
             if batching == 1 {
                 format!("events batched per CPU by {}", tsync_common::batch::EVENTS)
@@ -143,6 +166,7 @@ impl Capture {
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| {
             anyhow::Error::new(e).context("the kernel refused tsync's eBPF maps or programs")
         })?;
+
         // Like aya's template: without the log, the programs still run (their records stay in
         // the kernel's log ring buffer, which exists whether or not it is read).
         let logger = match EbpfLogger::init(&mut ebpf) {

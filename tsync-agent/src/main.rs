@@ -1,7 +1,8 @@
 //! `tsync-agent`: records the packet digests of one node into a trace file.
 //!
 //! `tsync-agent record -o FILE [--duration SECS] [--node NAME] [--ring-size BYTES]
-//! [--buffer-size BYTES] [--all-netns] [--clock-skew OFFSET_NS,DRIFT_PPM] [-v]` loads two eBPF
+//! [--buffer-size BYTES] [--netns NS]... [--all-netns] [--clock-skew OFFSET_NS,DRIFT_PPM] [-v]`
+//! loads two eBPF
 //! programs (send and receive hooks), drains their ring buffer into the file until SIGINT/SIGTERM
 //! or the duration ends, then prints a summary.
 //! `tsync-agent check [-o DIR]` tells whether this node can record, one line per precondition.
@@ -12,6 +13,7 @@ mod clock;
 mod console;
 mod loader;
 mod logging;
+mod netns;
 mod node;
 mod offsets;
 mod output;
@@ -27,7 +29,7 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::{Context as _, Result};
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
-use tsync_common::format::{AgentOptions, ClockSkew, Header};
+use tsync_common::format::{AgentOptions, ClockSkew, Header, RecordedNetns};
 
 use crate::{
     loader::{Capture, LoadOptions},
@@ -119,6 +121,12 @@ struct RecordArgs {
     /// Record the packets of every network namespace, not only the agent's own.
     #[arg(long)]
     all_netns: bool,
+    /// Record the packets of this network namespace instead of the agent's own; repeat it to
+    /// record several (at most 16; every one: --all-netns). NS is /run/netns/NAME, a NAME under
+    /// /run/netns, /proc/PID/ns/net, or an inode number (`ls -iL /run/netns`,
+    /// `readlink /proc/PID/ns/net`).
+    #[arg(long, value_name = "NS", conflicts_with = "all_netns")]
+    netns: Vec<String>,
     /// Apply a known skew to every written timestamp: t + OFFSET_NS + t * DRIFT_PPM * 1e-6
     /// (for validating synchronization where the truth is known).
     #[arg(long, value_name = "OFFSET_NS,DRIFT_PPM", value_parser = clock::parse_skew,
@@ -173,27 +181,36 @@ fn parse_buffer_size(s: &str) -> Result<u64, String> {
 /// Builds the header: who and what is recorded, and with which options.
 fn header(
     args: &RecordArgs,
-    netns_inode: Option<u64>,
+    selection: &netns::Selection,
+    own_netns: u64,
     start: &tsync_common::format::ClockSample,
 ) -> Result<Header> {
     let hostname = node::hostname();
+    let recorded_netns = match selection {
+        netns::Selection::All => Vec::new(),
+        netns::Selection::Only(list) => list.clone(),
+    };
     Ok(Header {
         node: args.node.clone().unwrap_or_else(|| hostname.clone()),
         hostname,
         boot_id: node::boot_id(),
         kernel_release: node::kernel_release(),
         clocksource: node::clocksource(),
-        interfaces: node::interfaces().context("cannot list the network interfaces")?,
+        interfaces: netns::interfaces(selection, own_netns)?,
         start_realtime_ns: start.realtime_ns,
         start_monotonic_ns: start.monotonic_ns,
         options: AgentOptions {
             agent_version: env!("CARGO_PKG_VERSION").into(),
             ring_size: args.ring_size,
             all_netns: args.all_netns,
-            netns_inode,
+            netns_inode: match recorded_netns.as_slice() {
+                [one] => Some(one.inode),
+                _ => None,
+            },
             duration_s: args.duration,
             clock_skew: args.clock_skew,
             command_line: std::env::args().collect(),
+            recorded_netns,
         },
     })
 }
@@ -208,13 +225,22 @@ fn record(args: RecordArgs) -> Result<()> {
     if let Some(skew) = &args.clock_skew {
         clock::check_skew(skew, clock::monotonic_ns()).map_err(anyhow::Error::msg)?;
     }
-    let netns_inode = if args.all_netns {
-        None
+    let own_netns = node::netns_inode().context("cannot read /proc/self/ns/net")?;
+    let selection = if args.all_netns {
+        netns::Selection::All
+    } else if args.netns.is_empty() {
+        netns::Selection::Only(vec![RecordedNetns {
+            inode: own_netns,
+            path: netns::OWN.into(),
+        }])
     } else {
-        Some(node::netns_inode().context("cannot read /proc/self/ns/net")?)
+        netns::Selection::Only(netns::resolve(&args.netns)?)
     };
     let start = clock::sample(args.clock_skew.as_ref());
-    let header = header(&args, netns_inode, &start)?;
+    let header = header(&args, &selection, own_netns, &start)?;
+    // Scans at once: the first address table comes before any event.
+    let addresses = netns::Watcher::start(selection.clone(), args.clock_skew, netns::SCAN_PERIOD)
+        .context("cannot start the address watcher")?;
     // Sampling starts before the programs are attached, so that every event lies between two
     // clock samples (the analyzer's slew bound grows quickly outside them), and after they are
     // verified (which may hold a one-CPU machine's only CPU for a fifth of a second).
@@ -222,7 +248,7 @@ fn record(args: RecordArgs) -> Result<()> {
     let capture = Capture::load(
         &LoadOptions {
             ring_size: loader::check_ring_size(args.ring_size).map_err(anyhow::Error::msg)?,
-            netns_inode,
+            netns: selection.inodes(),
         },
         || {
             sampler = Some(
@@ -233,10 +259,16 @@ fn record(args: RecordArgs) -> Result<()> {
         },
     )?;
     let sampler = sampler.context("the programs were attached without the clock sampler")?;
-    let ready_message = match netns_inode {
-        Some(ino) => format!(
-            "tsync-agent: recording on {} interfaces (network namespace {ino}) to {}",
+    let ready_message = match selection.inodes() {
+        Some(inodes) => format!(
+            "tsync-agent: recording on {} interfaces (network namespace{} {}) to {}",
             header.interfaces.len(),
+            if inodes.len() == 1 { "" } else { "s" },
+            inodes
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
             args.output.display()
         ),
         None => format!(
@@ -249,6 +281,7 @@ fn record(args: RecordArgs) -> Result<()> {
         header,
         skew: args.clock_skew,
         sampler,
+        addresses,
         duration: args.duration.map(Duration::from_secs_f64),
         buffer_size: args.buffer_size,
         ready_message,

@@ -48,7 +48,8 @@ fn prefix_len(mask: &[u8]) -> u32 {
     mask.iter().map(|b| b.count_ones()).sum()
 }
 
-/// The interfaces of the agent's network namespace, with MAC and addresses (`getifaddrs`).
+/// The interfaces of the calling thread's network namespace, with MAC and addresses
+/// (`getifaddrs`).
 pub fn interfaces() -> std::io::Result<Vec<Interface>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list we free below.
@@ -71,6 +72,8 @@ pub fn interfaces() -> std::io::Result<Vec<Interface>> {
             name,
             mac: None,
             addresses: Vec::new(),
+            // Filled in by the caller, which knows which namespace this thread is in.
+            netns_inode: 0,
         });
         if ifa.ifa_addr.is_null() {
             continue;

@@ -11,6 +11,10 @@ pub struct KernelOffsets {
     pub skb_network_header: u32,
     pub skb_head: u32,
     pub skb_data: u32,
+    /// `sk_buff.tail`, a 4-byte offset from `head` on 64-bit kernels (`sk_buff_data_t`).
+    pub skb_tail: u32,
+    pub skb_len: u32,
+    pub skb_data_len: u32,
     pub dev_ifindex: u32,
     pub dev_nd_net: u32,
     pub net_ns_inum: u32,
@@ -36,6 +40,9 @@ impl KernelOffsets {
             skb_network_header: sized(btf, "sk_buff", "network_header", 2)?,
             skb_head: sized(btf, "sk_buff", "head", 8)?,
             skb_data: sized(btf, "sk_buff", "data", 8)?,
+            skb_tail: sized(btf, "sk_buff", "tail", 4)?,
+            skb_len: sized(btf, "sk_buff", "len", 4)?,
+            skb_data_len: sized(btf, "sk_buff", "data_len", 4)?,
             dev_ifindex: sized(btf, "net_device", "ifindex", 4)?,
             dev_nd_net: sized(btf, "net_device", "nd_net.net", 8)?,
             net_ns_inum: sized(btf, "net", "ns.inum", 4)?,
@@ -43,13 +50,16 @@ impl KernelOffsets {
     }
 
     /// (global name, value) pairs, in the names the programs declare.
-    pub fn globals(&self) -> [(&'static str, &u32); 8] {
+    pub fn globals(&self) -> [(&'static str, &u32); 11] {
         [
             (global::SKB_DEV, &self.skb_dev),
             (global::SKB_PROTOCOL, &self.skb_protocol),
             (global::SKB_NETWORK_HEADER, &self.skb_network_header),
             (global::SKB_HEAD, &self.skb_head),
             (global::SKB_DATA, &self.skb_data),
+            (global::SKB_TAIL, &self.skb_tail),
+            (global::SKB_LEN, &self.skb_len),
+            (global::SKB_DATA_LEN, &self.skb_data_len),
             (global::DEV_IFINDEX, &self.dev_ifindex),
             (global::DEV_ND_NET, &self.dev_nd_net),
             (global::NET_NS_INUM, &self.net_ns_inum),
@@ -69,6 +79,10 @@ mod tests {
         assert!(o.skb_dev >= 16);
         assert_eq!(o.skb_data, o.skb_head + 8);
         assert_eq!(o.skb_network_header, o.skb_protocol + 4);
+        // `tail` and `end` sit between the header offsets and `head`.
+        assert!(o.skb_tail > o.skb_network_header && o.skb_tail < o.skb_head);
+        // `len` then `data_len`, both before the header offsets.
+        assert_eq!(o.skb_data_len, o.skb_len + 4);
         assert!(o.net_ns_inum > 0);
     }
 }

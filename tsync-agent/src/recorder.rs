@@ -23,6 +23,7 @@ use crate::{
     batches::Stranded,
     clock, console,
     loader::{Capture, Logger},
+    netns::Watcher,
     output::{Output, write_error},
     progress::Progress,
     reorder::{Reorder, WINDOW_NS},
@@ -124,6 +125,9 @@ pub struct RecordPlan {
     /// The clock sampler, started before the programs were loaded; its records so far go into
     /// the file at the first flush.
     pub sampler: Sampler,
+    /// The address watcher, started before the programs were loaded; its tables go into the
+    /// file at each flush.
+    pub addresses: Watcher,
     pub duration: Option<Duration>,
     /// Bytes of events that may wait for the writer (`--buffer-size`).
     pub buffer_size: u64,
@@ -143,6 +147,7 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
         output: Output::start(writer, &plan.path, plan.buffer_size)?,
     };
     let sampler = plan.sampler;
+    let addresses = plan.addresses;
     let started = Instant::now();
     let mut progress = Progress::new();
     console::err(&plan.ready_message);
@@ -189,6 +194,7 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
             }
             _ = flushes.tick() => {
                 drain_and_release(&mut capture, &mut sink, usize::MAX, true)?;
+                sink.output.add_addresses(addresses.take());
                 sink.output.flush(sampler.take(), capture.lost()?)?;
             }
             guard = log_ready(&mut ebpf_log) => {
@@ -231,6 +237,7 @@ pub async fn record(mut capture: Capture, plan: RecordPlan) -> Result<Summary> {
     lost.send += stranded.send;
     lost.recv += stranded.recv;
     let clock_records = sampler.stop();
+    sink.output.add_addresses(addresses.stop());
     drop(capture); // free the programs and maps before the (possibly slow) last writes
     progress.finish();
     let end = clock::sample(sink.skew.as_ref());

@@ -12,7 +12,7 @@
 //! | stage | module | what it holds |
 //! |---|---|---|
 //! | the vocabulary | `model` | [`Message`], [`Exchange`], [`EventRef`], [`Affine`], [`PairLatency`] |
-//! | reading | `input`, [`text`] | [`InputSet`], [`TraceFile`], the text message format |
+//! | reading | `input`, [`text`], [`spans`] | [`InputSet`], [`TraceFile`], the text message format, OpenTelemetry spans as messages |
 //! | matching | `matching` | [`MatchOptions`], [`MatchStats`], the merge of trace files |
 //! | estimation | `estimate` | hulls, corridor, [`AccuracyCurve`], regression, reduction: [`sync()`] |
 //! | one timebase | `timeline` | [`Timeline`]: linear times, the event stream |
@@ -56,6 +56,7 @@ mod matching;
 pub mod merge;
 mod model;
 pub mod output;
+pub mod spans;
 mod timeline;
 
 pub use apply::{ApplyError, ApplySummary, CommonTimebase, Mapped, NodeClock, NodeMapper};
@@ -71,7 +72,8 @@ pub use estimate::{
     run as sync, run_messages as sync_messages,
 };
 pub use input::info::{
-    ClockSummary, DamageInfo, EventCounts, KernelClockSummary, SizeSummary, TraceSummary, inspect,
+    ClockSummary, DamageInfo, EventCounts, KernelClockSummary, NamespaceSummary, SizeSummary,
+    TraceSummary, inspect,
 };
 pub use input::slew::{RateHistory, SlewCorrection, SlewSummary, SlewUnavailable};
 pub use input::text;

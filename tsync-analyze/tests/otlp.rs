@@ -218,11 +218,14 @@ fn spans_of_two_nodes_land_where_jsonl_puts_their_stamps() {
     let err = stderr(&r);
     assert!(err.contains("node0: 300, node1: 300"), "{err}");
     assert!(
-        err.contains("1 spans of resources whose `host.name` is `node7` left unchanged"),
+        err.contains(
+            "1 spans of resources whose node (by their `host.name`, else `k8s.node.name`, else \
+             `service.instance.id`) is `node7` left unchanged"
+        ),
         "{err}"
     );
     assert!(
-        err.contains("1 spans of resources without a `host.name`"),
+        err.contains("1 spans of resources without `host.name`, else"),
         "{err}"
     );
     assert!(

@@ -210,6 +210,7 @@ fn write_node(path: &Path, k: usize, events: &[PacketEvent]) {
             name: "eth0".into(),
             mac: None,
             addresses: vec![format!("10.0.0.{}/24", k + 1)],
+            ..Default::default()
         }],
         ..Header::default()
     };

@@ -168,6 +168,7 @@ fn write_node(path: &Path, node: &str, address: Option<&str>, events: &[PacketEv
             name: "eth0".into(),
             mac: None,
             addresses: vec![a.into(), "127.0.0.1/8".into()],
+            ..Default::default()
         })
         .into_iter()
         .collect();
@@ -219,7 +220,7 @@ fn retransmissions_are_ambiguous_and_loopback_is_dropped() {
     assert_eq!(st.matched, 1);
     assert_eq!(st.ambiguous, 1);
     assert_eq!(st.same_trace, 1);
-    assert_eq!(st.unmatched, 4, "3 of the ambiguous key + 1 never received");
+    assert_eq!(st.unmatched, 4, "3 of the ambiguous key + 1 never received: {st:?}");
     assert_eq!(c.0.len(), 1);
     let (m, origin, k) = c.0[0];
     assert_eq!(

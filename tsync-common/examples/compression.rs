@@ -7,14 +7,15 @@
 //! ```
 //!
 //! With `--out DIR`, each file is also written to DIR as version 2 (`NAME.v2.tsync`) and as
-//! versions 3 and 4 at the default level (`NAME.v3.tsync`, `NAME.v4.tsync`), for `read_trace` and
-//! the benchmarks.
+//! versions 3 to 5 at the default level (`NAME.v3.tsync`, …), for `read_trace` and the
+//! benchmarks.
 //!
 //! Each file (any version) is read chunk by chunk and written again as the agent would have
 //! written it (one flush per event chunk of the original, so the agent's 0.5 s flushes and their
 //! small chunks are kept): as version 2 (raw records), as raw records compressed by zstd chunk
-//! by chunk ("zstd only"), and as versions 3 and 4 (columns, then zstd; version 4 stores the
-//! time differences as byte planes) at several zstd levels. It
+//! by chunk ("zstd only"), and as versions 3 to 5 (columns, then zstd; version 4 stores the
+//! time differences as byte planes, version 5 the flags per flow and the TTLs as a column) at
+//! several zstd levels. It
 //! prints bytes per event on disk, of the whole file and of the event chunks alone, and the
 //! time to write and read each (wall clock, so noisy on a shared machine; the criterion
 //! benchmark `cargo bench -p tsync-common --features user` measures the speeds properly).
@@ -190,6 +191,7 @@ fn main() {
             std::fs::write(dir.join(format!("{stem}.v2.tsync")), &v2).unwrap();
             std::fs::write(dir.join(format!("{stem}.v3.tsync")), write(&rec, 3, level)).unwrap();
             std::fs::write(dir.join(format!("{stem}.v4.tsync")), write(&rec, 4, level)).unwrap();
+            std::fs::write(dir.join(format!("{stem}.v5.tsync")), write(&rec, 5, level)).unwrap();
         }
         let w2 = time(|| drop(write(&rec, 2, 0)));
         let r2 = time(|| assert_eq!(read_events(&v2), events));
@@ -231,7 +233,11 @@ fn main() {
                 f64::NAN,
             );
         }
-        for (version, name) in [(3, "v3 columns + zstd"), (4, "v4 time planes + zstd")] {
+        for (version, name) in [
+            (3, "v3 columns + zstd"),
+            (4, "v4 time planes + zstd"),
+            (5, "v5 flags per flow, ttl column + zstd"),
+        ] {
             for level in LEVELS {
                 let file = write(&rec, version, level);
                 let w = time(|| drop(write(&rec, version, level)));

@@ -35,6 +35,64 @@ pub mod kind {
     /// and flags only — no addresses, ports or lengths. A kind of its own, so that such a
     /// digest only ever matches another add-on event.
     pub const TCP_ADDON: u8 = 4;
+    /// IPv4 + UDP (format version 5 on): ports, lengths and, in `udp_data`, the
+    /// [`udp_payload_hash`](crate::udp_payload_hash) of the first payload bytes instead of the
+    /// bytes themselves. A kind of its own: its digest never matches a [`UDP4`] one.
+    pub const UDP4_HASHED: u8 = 5;
+    /// IPv6 + UDP (no extension headers; format version 5 on): as [`UDP4_HASHED`].
+    pub const UDP6_HASHED: u8 = 6;
+}
+
+/// Bits of [`PacketEvent::flags`](crate::PacketEvent::flags) (format version 5 on).
+pub mod flag {
+    /// The event is a tunnel's outer packet (VXLAN on UDP ports 4789 or 8472, Geneve on 6081)
+    /// seen on the interface that carries the tunnel: the digest describes the *inner* packet,
+    /// so that the outer send on one node's wire and the outer receive on the other's match by
+    /// the packet they carry.
+    pub const ENCAPSULATED: u8 = 0x01;
+}
+
+/// The most network namespaces one agent records by name (`tsync-agent record --netns`): the
+/// programs compare a packet's namespace with each (`names::global::NETNS_LIST`). More are
+/// recorded with `--all-netns`.
+pub const MAX_NETNS: usize = 16;
+
+/// Payload bytes a hashed UDP digest covers ([`kind::UDP4_HASHED`], [`kind::UDP6_HASHED`]).
+pub const UDP_HASHED_BYTES: usize = 64;
+
+/// The 64-bit hash of a UDP datagram's first payload bytes that stands in `udp_data` for the
+/// hashed UDP kinds: it tells apart the datagrams of one flow where the IP ID cannot (Linux sends
+/// 0 for every DF datagram of an unconnected socket) and the first bytes are alike (QUIC's flags
+/// and connection ID), and no payload ever leaves the kernel.
+///
+/// `words` are the first `len` (at most [`UDP_HASHED_BYTES`]) payload bytes as little-endian
+/// words, zero past `len`; the kernel programs and every user-space writer (the simulator, the
+/// tests) compute it with this one function. Multiply-xorshift per word: a handful of
+/// instructions per word in BPF, and any one changed byte changes the hash.
+#[inline(always)]
+pub fn udp_payload_hash(words: &[u64; UDP_HASHED_BYTES / 8], len: u32) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h = u64::from(len) ^ K;
+    let mut i = 0;
+    while i < words.len() {
+        h = (h ^ words[i]).wrapping_mul(K);
+        h ^= h >> 29;
+        i += 1;
+    }
+    h
+}
+
+/// The `udp_data` of a hashed UDP digest ([`kind::UDP4_HASHED`], [`kind::UDP6_HASHED`]) of a
+/// datagram whose payload begins with `payload`: [`udp_payload_hash`] of its first
+/// [`UDP_HASHED_BYTES`] bytes (all of them if fewer), little-endian. For user-space writers of
+/// digests (the simulator, tests), which hold payloads as byte strings.
+pub fn udp_hashed_data(payload: &[u8]) -> [u8; 8] {
+    let len = payload.len().min(UDP_HASHED_BYTES);
+    let mut words = [0u64; UDP_HASHED_BYTES / 8];
+    for (i, &b) in payload[..len].iter().enumerate() {
+        words[i / 8] |= u64::from(b) << (8 * (i % 8));
+    }
+    udp_payload_hash(&words, len as u32).to_le_bytes()
 }
 
 /// Names in the eBPF object that the programs (`tsync-ebpf`), the agent's loader and the test lab
@@ -88,26 +146,39 @@ pub mod names {
         pub const SKB_NETWORK_HEADER: &str = "SKB_NETWORK_HEADER";
         pub const SKB_HEAD: &str = "SKB_HEAD";
         pub const SKB_DATA: &str = "SKB_DATA";
+        /// `sk_buff.tail`, `len` and `data_len`: where the linear data ends (UDP payload
+        /// hashes, tunnels).
+        pub const SKB_TAIL: &str = "SKB_TAIL";
+        pub const SKB_LEN: &str = "SKB_LEN";
+        pub const SKB_DATA_LEN: &str = "SKB_DATA_LEN";
         pub const DEV_IFINDEX: &str = "DEV_IFINDEX";
         pub const DEV_ND_NET: &str = "DEV_ND_NET";
         pub const NET_NS_INUM: &str = "NET_NS_INUM";
+        /// The one network namespace to record (its inode number); 0 for none in particular.
         pub const NETNS_INUM: &str = "NETNS_INUM";
+        /// When several namespaces are recorded (`NETNS_INUM` 0): their inode numbers, then
+        /// zeros (`[u32; MAX_NETNS]`, [`MAX_NETNS`](crate::MAX_NETNS)); all zeros otherwise.
+        pub const NETNS_LIST: &str = "NETNS_LIST";
         pub const WAKEUP_BYTES: &str = "WAKEUP_BYTES";
         /// 1 when the programs batch events per CPU ([`batch`](crate::batch)).
         pub const BATCHING: &str = "BATCHING";
         /// aya-log's level filter (declared by `aya-log-ebpf`).
         pub const LOG_LEVEL: &str = "AYA_LOG_LEVEL";
         /// Every global of the object.
-        pub const ALL: [&str; 12] = [
+        pub const ALL: [&str; 16] = [
             SKB_DEV,
             SKB_PROTOCOL,
             SKB_NETWORK_HEADER,
             SKB_HEAD,
             SKB_DATA,
+            SKB_TAIL,
+            SKB_LEN,
+            SKB_DATA_LEN,
             DEV_IFINDEX,
             DEV_ND_NET,
             NET_NS_INUM,
             NETNS_INUM,
+            NETNS_LIST,
             WAKEUP_BYTES,
             BATCHING,
             LOG_LEVEL,
@@ -182,8 +253,9 @@ pub const IPPROTO_TCP: u8 = 6;
 /// IP protocol number of UDP.
 pub const IPPROTO_UDP: u8 = 17;
 
-/// One packet seen by a hook: a header digest (never payload, but UDP's first 8 bytes) and where and
-/// when it was seen.
+/// One packet seen by a hook: a header digest (never payload: a hash of UDP's first bytes; the
+/// first 8 bytes themselves in [`kind::UDP4`] digests of format versions ≤ 4) and where and when
+/// it was seen.
 ///
 /// Multi-byte integers are in host (little-endian) order, converted from network order in the
 /// kernel, except the addresses, which keep network order byte by byte (an IPv4 address fills the
@@ -200,7 +272,8 @@ pub struct PacketEvent {
     pub cpu: u16,
     /// [`direction::SEND`] or [`direction::RECV`].
     pub direction: u8,
-    /// [`kind::TCP4`], [`kind::TCP6`] or [`kind::UDP4`].
+    /// One of [`kind`]: the agent of format version 5 writes TCP4, TCP6, UDP4_HASHED and
+    /// UDP6_HASHED.
     pub kind: u8,
     /// Source address, network byte order.
     pub saddr: [u8; 16],
@@ -226,12 +299,18 @@ pub struct PacketEvent {
     pub doff: u8,
     /// TCP flags byte (see [`tcp_flag`]; 0 for UDP).
     pub tcp_flags: u8,
-    /// UDP: the first 8 payload bytes, zero-padded. TCP: zero.
+    /// [`kind::UDP4`]: the first 8 payload bytes, zero-padded. The hashed UDP kinds: the
+    /// [`udp_payload_hash`] of the first payload bytes, little-endian ([`udp_hashed_data`]).
+    /// TCP: zero.
     pub udp_data: [u8; 8],
     /// UDP length field (0 for TCP).
     pub udp_len: u16,
-    /// Zero; room for later versions.
-    pub reserved: [u8; 2],
+    /// Bits of [`flag`] (format version 5 on; zero before).
+    pub flags: u8,
+    /// IPv4 TTL or IPv6 hop limit of the digested packet as the hook saw it (format version 5
+    /// on; zero before, and in digests read from LTTng traces): a node that routes a packet
+    /// lowers it between its receive and its send.
+    pub ttl: u8,
 }
 
 const _: () = assert!(core::mem::size_of::<PacketEvent>() == EVENT_SIZE);
@@ -261,7 +340,8 @@ const _: () = {
         (offset_of!(PacketEvent, tcp_flags), 67),
         (offset_of!(PacketEvent, udp_data), 68),
         (offset_of!(PacketEvent, udp_len), 76),
-        (offset_of!(PacketEvent, reserved), 78),
+        (offset_of!(PacketEvent, flags), 78),
+        (offset_of!(PacketEvent, ttl), 79),
     ];
     let mut i = 0;
     while i < offsets.len() {

@@ -1,5 +1,6 @@
-//! Format version 3 (event and clock-sample chunks as compressed columns): exact round trips of
-//! any records, and the damage semantics of versions 1 and 2 (format.rs) on its chunks.
+//! Format versions 3 to 5 (event and clock-sample chunks as compressed columns): exact round
+//! trips of any records in each, and the damage semantics of versions 1 and 2 (format.rs) on
+//! their chunks.
 #![cfg(feature = "user")]
 
 use std::io::Cursor;
@@ -111,9 +112,13 @@ fn payload(bytes: &[u8], at: usize) -> &[u8] {
     &bytes[at + 16..at + 16 + len]
 }
 
+/// Every version written as compressed columns.
+const COLUMNAR: [u32; 3] = [3, 4, 5];
+const _: () = assert!(COLUMNAR[COLUMNAR.len() - 1] == VERSION);
+
 #[test]
-fn versions_3_and_4_are_written_as_compressed_chunks_and_read_back_whole() {
-    for version in [3, VERSION] {
+fn versions_3_to_5_are_written_as_compressed_chunks_and_read_back_whole() {
+    for version in COLUMNAR {
         compressed_chunks_read_back_whole(version);
     }
 }
@@ -372,7 +377,7 @@ proptest! {
         samples in prop::collection::vec(any::<[u64; 5]>(), 0..60),
         cuts in prop::collection::vec(0usize..300, 0..6),
         level in prop::sample::select(vec![-5, 1, 3]),
-        version in prop::sample::select(vec![3, VERSION]),
+        version in prop::sample::select(COLUMNAR.to_vec()),
     ) {
         let events: Vec<PacketEvent> = raw.iter().map(|b| bytemuck::pod_read_unaligned(b)).collect();
         let samples: Vec<ClockSample> = samples
@@ -414,17 +419,24 @@ proptest! {
 
     /// Events of few flows with many fields alike (what compresses), arbitrary otherwise: their
     /// sequence numbers, lengths and flags exercise the flow expectations, every CPU and header
-    /// length the narrow and the wide columns.
+    /// length the narrow and the wide columns; the event flags (per flow in version 5: a flow
+    /// whose events differ in them is two) and TTLs (mostly a flow's last) its new columns.
     #[test]
     fn flows_of_tcp_events_round_trip_exactly(
         steps in prop::collection::vec(
-            (0usize..4, any::<u16>(), any::<u32>(), any::<u16>(), 0u8..32, any::<u8>(), any::<bool>()),
+            (
+                (0usize..4, any::<u16>(), any::<u32>(), any::<u16>()),
+                (0u8..32, any::<u8>(), any::<bool>()),
+                (prop::sample::select(vec![0u8, 0, 0, 1, 0x80]), prop::sample::select(vec![64u8, 64, 63, 0, 255])),
+            ),
             1..400,
         ),
-        version in prop::sample::select(vec![3, VERSION]),
+        version in prop::sample::select(COLUMNAR.to_vec()),
     ) {
         let mut events = Vec::new();
-        for (i, &(flow, cpu, seq, len, offsets, flags, jump)) in steps.iter().enumerate() {
+        for (i, &((flow, cpu, seq, len), (offsets, flags, jump), (event_flags, ttl))) in
+            steps.iter().enumerate()
+        {
             let mut e = event(flow as u64);
             e.ts_ns = if jump { u64::MAX - i as u64 } else { 1_000 * i as u64 };
             e.cpu = cpu % if jump { 4096 } else { 4 };
@@ -432,6 +444,7 @@ proptest! {
             e.tot_len = len;
             (e.ihl, e.doff) = (offsets % 16, offsets);
             e.tcp_flags = flags;
+            (e.flags, e.ttl) = (event_flags, ttl);
             events.push(e);
         }
         let mut w = TraceWriter::with_version(Vec::new(), &header(), version).unwrap();

@@ -16,13 +16,18 @@
 //! - [`demo`]: nodes in namespaces with known clock skews, traffic, analyzer, every figure
 //!   checked against the truth (`cargo xtask demo`); [`bench::capture`]: what recording costs
 //!   under iperf3 load (`cargo xtask bench capture`).
+//! - [`cluster`]: nodes with pods behind them — bridged, routed, VXLAN overlays, NAT — one agent
+//!   per node, TCP and UDP applications in the pods, the analyzer's matching and intervals checked
+//!   against the truth per topology (`cargo xtask cluster`); [`known_skew`]: the truth of known
+//!   clock skews that it and the demo check against.
 //!
 //! The VM lab ([`vm`], `cargo xtask lab`): guests on Debian's kernels under QEMU/TCG, one clock
 //! slewed, a TSC ground truth through a page of shared memory.
 //!
 //! What runs *inside* a node is the `tsync-lab` binary (`src/main.rs`): `tsync-lab traffic`
-//! ([`traffic`], in each namespace of the demo and each guest) and `tsync-lab guest` ([`vm::guest`],
-//! in each guest). Its modules build without the `host` feature (the default), which adds what
+//! ([`traffic`], in each namespace of the demo and each guest), `tsync-lab datagrams` (UDP, in each
+//! pod of the cluster lab; with the `host` feature) and `tsync-lab guest` ([`vm::guest`], in each
+//! guest). Its modules build without the `host` feature (the default), which adds what
 //! only the host runs (the analyzer's library among it): the binary stays small and static-able.
 //!
 //! Used by the real-kernel tests (`tests/capture.rs`, root only, run by `cargo xtask test`) and
@@ -40,9 +45,15 @@ pub mod vm;
 #[cfg(feature = "host")]
 pub mod bench;
 #[cfg(feature = "host")]
+pub mod cluster;
+#[cfg(feature = "host")]
+pub mod datagrams;
+#[cfg(feature = "host")]
 pub mod demo;
 #[cfg(feature = "host")]
 pub mod interrupt;
+#[cfg(feature = "host")]
+pub mod known_skew;
 #[cfg(feature = "host")]
 pub mod matching;
 

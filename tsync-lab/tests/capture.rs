@@ -19,7 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tsync_common::{PacketEvent, direction, format::TraceReader, kind, tcp_flag};
+use tsync_common::{PacketEvent, direction, format::TraceReader, kind, tcp_flag, udp_hashed_data};
 use tsync_lab::{
     Agent, Netns, Stopped, VethPair, program_ids, record_command, unique_name, wait_unloaded,
 };
@@ -319,16 +319,30 @@ fn captures_matching_digests_in_each_namespace_and_detaches() {
     let udp: Vec<&PacketEvent> = a
         .events
         .iter()
-        .filter(|e| e.kind == kind::UDP4 && e.direction == direction::RECV && e.dest == 5557)
+        .filter(|e| e.kind == kind::UDP4_HASHED && e.direction == direction::RECV && e.dest == 5557)
         .collect();
     assert_eq!(udp.len(), 2, "both datagrams received: {udp:?}");
-    assert_eq!((udp[0].udp_len, &udp[0].udp_data), (8 + 16, b"01234567"));
-    // Never more than the datagram: a 3-byte payload leaves the rest zero.
+    // A hash of the payload, never the payload; never more than the datagram.
     assert_eq!(
-        (udp[1].udp_len, &udp[1].udp_data),
-        (8 + 3, b"xyz\0\0\0\0\0")
+        (udp[0].udp_len, udp[0].udp_data),
+        (8 + 16, udp_hashed_data(b"0123456789abcdef"))
     );
-    assert_crossed("UDP", &b, &a, |e| e.kind == kind::UDP4 && e.dest == 5557);
+    assert_eq!(
+        (udp[1].udp_len, udp[1].udp_data),
+        (8 + 3, udp_hashed_data(b"xyz"))
+    );
+    assert_crossed("UDP", &b, &a, |e| {
+        e.kind == kind::UDP4_HASHED && e.dest == 5557
+    });
+    // A direct link: every packet arrives with the TTL (hop limit) it left with, Linux's 64.
+    for t in [&a, &b] {
+        assert!(
+            t.events.iter().all(|e| e.ttl == 64 && e.flags == 0),
+            "{}: {:?}",
+            t.node,
+            t.events.iter().find(|e| e.ttl != 64 || e.flags != 0)
+        );
+    }
 }
 
 #[test]
@@ -965,7 +979,11 @@ fn ipv4_options_and_fragments_are_parsed() {
     // A 3000-byte datagram arrives in three fragments; only the first carries the UDP header.
     let frag: Vec<_> = recv.iter().filter(|e| e.dest == 5564).collect();
     assert_eq!(frag.len(), 1, "{frag:?}");
-    assert_eq!((frag[0].udp_len, frag[0].udp_data), (3008, [7u8; 8]));
+    // The first fragment holds the first 64 payload bytes: all of them are hashed.
+    assert_eq!(
+        (frag[0].udp_len, frag[0].udp_data),
+        (3008, udp_hashed_data(&[7u8; 64]))
+    );
     assert!(
         frag[0].tot_len <= 1500,
         "the first fragment's length: {}",
@@ -974,7 +992,10 @@ fn ipv4_options_and_fragments_are_parsed() {
     let opt: Vec<_> = recv.iter().filter(|e| e.dest == 5563).collect();
     assert_eq!(opt.len(), 1, "{opt:?}");
     assert_eq!(opt[0].ihl, 6);
-    assert_eq!((opt[0].udp_len, &opt[0].udp_data), (16, b"options!"));
+    assert_eq!(
+        (opt[0].udp_len, opt[0].udp_data),
+        (16, udp_hashed_data(b"options!"))
+    );
     assert_eq!(opt[0].tot_len, 24 + 16);
 }
 

@@ -20,7 +20,8 @@ pub fn address(k: usize) -> Ipv4Addr {
 }
 
 /// The digest of an IPv4 TCP segment from node `from` to node `to` with `payload` bytes and a
-/// header of `doff` 32-bit words (5 without options).
+/// header of `doff` 32-bit words (5 without options). Nodes are one hop apart: the segment
+/// arrives with the TTL it was sent with, Linux's default.
 #[allow(clippy::too_many_arguments)]
 fn segment(
     from: usize,
@@ -50,9 +51,13 @@ fn segment(
         ihl: 5,
         doff,
         tcp_flags: flags,
+        ttl: DEFAULT_TTL,
         ..Default::default()
     }
 }
+
+/// Linux's default IPv4 TTL (`net.ipv4.ip_default_ttl`).
+const DEFAULT_TTL: u8 = 64;
 
 /// A TCP connection from `client` to `server`.
 pub struct Connection {

@@ -1,12 +1,13 @@
-//! `cargo xtask`: developer tasks (setup, test, dist, simulation, traffic, demo, lab, benchmarks,
-//! fuzzing).
+//! `cargo xtask`: developer tasks (setup, test, dist, simulation, traffic, demo, cluster lab, lab,
+//! benchmarks, fuzzing).
 //!
 //! One module per task, each with an `Args` type (clap) and `fn run(self) -> anyhow::Result<()>`;
 //! adding a task is one variant of [`Task`] and one line of its `match`. What tasks share is in
-//! [`util`]. The lab's logic — namespaces, agents, the VM lab, the demo, the traffic generator,
-//! the capture benchmark — is the `tsync-lab` crate: `lab`, `demo` and `bench capture` here parse
-//! arguments, install and build what is needed, and call it.
+//! [`util`]. The lab's logic — namespaces, agents, the VM lab, the demo, the cluster lab, the
+//! traffic generators, the capture benchmark — is the `tsync-lab` crate: `lab`, `demo`, `cluster`
+//! and `bench capture` here parse arguments, install and build what is needed, and call it.
 mod bench;
+mod cluster;
 mod demo;
 mod dist;
 mod ebpf;
@@ -33,7 +34,7 @@ enum Task {
     /// TSYNC_EBPF_OBJECT and the agent's build script embeds it instead of building its own).
     BuildEbpf(ebpf::Args),
     /// Run setup, then fmt check, clippy, the whole workspace's tests, the real-kernel tests
-    /// (root), the dist tarballs, fuzzing, the lab and the demo.
+    /// (root), the dist tarballs, fuzzing, the lab, the demo and the cluster lab.
     Test(test::Args),
     /// Static (musl) agent and analyzer for x86_64 and aarch64: one tarball per architecture
     /// under target/dist, with INSTALL.md, the licenses and SHA256SUMS.
@@ -46,6 +47,10 @@ enum Task {
     /// End-to-end demo: nodes in network namespaces with known clock skews, real TCP traffic,
     /// agents, analyzer, and every figure checked against the truth.
     Demo(demo::DemoArgs),
+    /// Cluster lab: nodes with pods behind them (flat, routed, VXLAN, VXLAN L2, NAT), one agent
+    /// per node with a known clock skew, TCP and UDP over IPv4 and IPv6 between pods; matching,
+    /// intervals and errors per topology checked against expectations.
+    Cluster(cluster::Args),
     /// Multi-kernel VM lab: guests on Debian's 6.1 and 6.12 kernels under QEMU/TCG, their own
     /// clocks (one slewed), TCP traffic, an agent each, checked against a TSC ground truth.
     Lab(lab::Args),
@@ -75,6 +80,7 @@ fn main() -> ExitCode {
         Task::Simulate(args) => args.run(),
         Task::Traffic(args) => args.run(),
         Task::Demo(args) => args.run(),
+        Task::Cluster(args) => args.run(),
         Task::Lab(args) => args.run(),
         Task::Bench(args) => args.run(),
         Task::Fuzz(args) => args.run(),

@@ -1,6 +1,6 @@
 //! `cargo xtask setup`: installs everything building and testing tsync needs on a fresh machine
 //! (nightly rust-src, bpf-linker, cargo-fuzz, the musl targets of `dist`, Debian packages,
-//! mounts).
+//! OpenTelemetry's Python SDK in a venv, mounts).
 //!
 //! Idempotent and fast when everything is there already: each step first checks, then acts.
 use std::{
@@ -28,7 +28,8 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// the OpenTelemetry project's own protobuf definitions (`tsync-analyze/tests/otlp.rs` makes a
 /// venv and installs `opentelemetry-proto` from PyPI into it); FUSE with Python's binding for the
 /// stalling pass-through file system the agent's output is tested and benchmarked through
-/// (`tsync-lab/src/stall.py`).
+/// (`tsync-lab/src/stall.py`); nftables (`nft`) for the cluster lab's NAT, which loads
+/// kube-proxy's and Docker's kind of rules into its nodes' namespaces.
 const DEBIAN_PACKAGES: &[&str] = &[
     "iproute2",
     "bpftool",
@@ -52,6 +53,17 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "python3-venv",
     "fuse3",
     "python3-fusepy",
+    "nftables",
+];
+
+/// OpenTelemetry's Python SDK and its HTTP instrumentations, for the test that synchronizes
+/// spans of real instrumented services (`tsync-analyze/tests/spans_sdk.rs`, whose services are
+/// `tests/otel_services.py`); pinned so that every machine runs the same instrumentation.
+const OTEL_PYTHON_PACKAGES: &[&str] = &[
+    "opentelemetry-sdk==1.45.2",
+    "opentelemetry-instrumentation-requests==0.66b2",
+    "opentelemetry-instrumentation-wsgi==0.66b2",
+    "requests==2.34.2",
 ];
 
 /// The Rust targets `cargo xtask dist` builds for (static binaries: musl).
@@ -83,6 +95,7 @@ pub fn run_setup(apt: bool) -> Result<()> {
         ensure_foreign_arch()?;
         ensure_packages(tsync_lab::vm::DEBIAN_PACKAGES)?;
     }
+    ensure_otel_venv()?;
     ensure_mounts()?;
     eprintln!("setup: done");
     Ok(())
@@ -188,6 +201,37 @@ fn ensure_cargo_fuzz() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The venv `target/otel-venv` with [`OTEL_PYTHON_PACKAGES`] from PyPI (python3-venv is one of
+/// the Debian packages). Kept when it already has those versions.
+fn ensure_otel_venv() -> Result<()> {
+    let venv = crate::util::target_dir().join("otel-venv");
+    let python = venv.join("bin/python");
+    let pinned: Vec<String> = OTEL_PYTHON_PACKAGES
+        .iter()
+        .map(|p| {
+            let (name, version) = p.split_once("==").expect("pinned as NAME==VERSION");
+            format!("importlib.metadata.version({name:?}) == {version:?}")
+        })
+        .collect();
+    let check = format!(
+        "import importlib.metadata, sys; sys.exit(0 if all([{}]) else 1)",
+        pinned.join(", ")
+    );
+    if output(Command::new(&python).args(["-c", &check])).is_some() {
+        return Ok(());
+    }
+    eprintln!(
+        "setup: installing OpenTelemetry's Python SDK into {}",
+        venv.display()
+    );
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+        .context("python3 -m venv failed (Debian's python3-venv is needed)")?;
+    run(Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .args(OTEL_PYTHON_PACKAGES))
+    .context("pip install of OpenTelemetry's Python SDK failed (PyPI must be reachable)")
 }
 
 /// Adds the [`DIST_TARGETS`] missing from the toolchain the workspace builds with.

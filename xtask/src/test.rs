@@ -2,14 +2,19 @@
 //! workspace's tests, `dist` (static tarballs for x86_64 and aarch64), the real-kernel tests
 //! (root: `tsync-lab`'s ignored tests, with the LTTng and babeltrace2 test of
 //! `apply --format ctf`), a short run of every fuzz target, the
-//! multi-kernel VM lab, then the end-to-end demo with random skews (real kernel, real traffic,
-//! every figure checked against the injected truth).
+//! multi-kernel VM lab, the end-to-end demo with random skews (real kernel, real traffic,
+//! every figure checked against the injected truth), then the cluster lab (every topology, both
+//! agent modes, each figure against its expectation).
 use anyhow::{Result, ensure};
 
 use crate::{
     setup::run_setup,
     util::{cargo, defaults, run},
 };
+
+/// Seconds of traffic per topology in the cluster lab's CI run: ten runs of about 12 s each (the
+/// traffic, the agents' start and stop, the analysis) on a 2-core machine.
+const CLUSTER_SECONDS: f64 = 5.0;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -22,6 +27,9 @@ pub struct Args {
     /// Skip the multi-kernel VM lab (root; about three minutes, the first time plus downloads).
     #[arg(long)]
     no_lab: bool,
+    /// Skip the cluster lab (root; about two minutes: five topologies, two agent modes).
+    #[arg(long)]
+    no_cluster: bool,
     /// Skip `cargo xtask dist` (the static x86_64 and aarch64 tarballs).
     #[arg(long)]
     no_dist: bool,
@@ -89,10 +97,19 @@ impl Args {
             );
             defaults::<crate::lab::Args>()?.run()?;
         }
-        if self.no_demo {
-            return Ok(());
+        if !self.no_demo {
+            eprintln!("test: cargo xtask demo (random skews)");
+            defaults::<crate::demo::DemoArgs>()?.run()?;
         }
-        eprintln!("test: cargo xtask demo (random skews)");
-        defaults::<crate::demo::DemoArgs>()?.run()
+        if !self.no_cluster {
+            eprintln!(
+                "test: cargo xtask cluster --duration {CLUSTER_SECONDS} (every topology, both agent \
+                 modes, random skews)"
+            );
+            let mut cluster = defaults::<crate::cluster::Args>()?;
+            cluster.options.load.duration = CLUSTER_SECONDS;
+            cluster.run()?;
+        }
+        Ok(())
     }
 }

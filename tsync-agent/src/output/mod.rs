@@ -36,7 +36,7 @@ use std::{
 use anyhow::{Context as _, Result, anyhow};
 use tsync_common::{
     EVENT_SIZE, PacketEvent,
-    format::{ClockSample, Footer, LostCounts, TraceWriter},
+    format::{AddressTable, ClockSample, Footer, LostCounts, TraceWriter},
 };
 
 #[cfg(test)]
@@ -146,6 +146,12 @@ impl Output {
         }
         self.queue.flush(&mut state, clock, lost);
         Ok(())
+    }
+
+    /// Hands over the node's address tables; they are written at the next flush (or the end).
+    pub fn add_addresses(&mut self, tables: impl IntoIterator<Item = AddressTable>) {
+        let mut state = self.queue.lock();
+        self.queue.add_addresses(&mut state, tables);
     }
 
     /// Ends the file: the last events (waiting for room rather than dropping them: nothing new

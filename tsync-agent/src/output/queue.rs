@@ -7,7 +7,7 @@ use std::{
 };
 
 use bytes::{Bytes, BytesMut};
-use tsync_common::format::{Footer, LostCounts};
+use tsync_common::format::{AddressTable, Footer, LostCounts};
 
 use super::chunk;
 use crate::sampler::ClockRecord;
@@ -41,6 +41,8 @@ pub struct State {
     /// Clock records waiting for the next flush (never dropped: ~2 KB/s, and the analyzer needs
     /// every one).
     clock: Vec<ClockRecord>,
+    /// The node's address tables waiting for the next flush (never dropped: one per change).
+    addresses: Vec<AddressTable>,
     /// The newest lost counters (cumulative: only the newest matters).
     lost: Option<LostCounts>,
     /// A flush was asked for.
@@ -64,6 +66,7 @@ pub struct State {
 pub struct Batch {
     pub chunks: VecDeque<Bytes>,
     pub clock: Vec<ClockRecord>,
+    pub addresses: Vec<AddressTable>,
     pub lost: Option<LostCounts>,
     pub flush: bool,
     pub footer: Option<Footer>,
@@ -111,6 +114,11 @@ impl Queue {
         self.work.notify_one();
     }
 
+    /// Queues address tables for the next flush (which [`flush`](Self::flush) asks for).
+    pub fn add_addresses(&self, state: &mut State, tables: impl IntoIterator<Item = AddressTable>) {
+        state.addresses.extend(tables);
+    }
+
     /// Queues the footer: the writer stops after it.
     pub fn finish(&self, state: &mut State, footer: Footer) {
         state.footer = Some(footer);
@@ -146,6 +154,7 @@ impl Queue {
         Batch {
             chunks: std::mem::take(&mut state.chunks),
             clock: std::mem::take(&mut state.clock),
+            addresses: std::mem::take(&mut state.addresses),
             lost: state.lost.take(),
             flush: std::mem::take(&mut state.flush),
             footer: state.footer.take(),

@@ -45,6 +45,9 @@ fn serve<W: Write>(mut writer: TraceWriter<W>, queue: &Queue, path: &Path) -> Re
         if batch.flush || batch.footer.is_some() || batch.closed {
             queue
                 .timed(|| -> Result<(), FormatError> {
+                    for table in &batch.addresses {
+                        writer.write_addresses(table)?;
+                    }
                     for record in batch.clock {
                         match record {
                             ClockRecord::Sample(s) => writer.write_clock_sample(s),

@@ -14,7 +14,9 @@
 //! corrected time of the analyzer. `Realtime` is the node's CLOCK_REALTIME: it is brought onto
 //! the node's recorded monotonic clock through the node's clock samples ([`realtime`]), mapped,
 //! and brought back to realtime through the *reference's* samples, so realtime stamps stay
-//! wall-clock times (those of the reference's realtime clock).
+//! wall-clock times (those of the reference's realtime clock). A node of a span file
+//! (`crate::spans`) recorded its CLOCK_REALTIME itself: its realtime stamps go through its map
+//! directly (its file's epoch taken off and the reference's put back), with no clock samples.
 //!
 //! **The recorded span.** The maps are backed by messages only where the node recorded. A time
 //! outside the node's span (a trace file: its first to last clock sample; a text input: its
@@ -158,6 +160,9 @@ pub struct CommonTimebase {
     spans: Vec<Option<(i64, i64)>>,
     /// Per trace: why it has no realtime clock.
     no_realtime: Vec<Option<String>>,
+    /// Per trace: its recorded clock is CLOCK_REALTIME itself (a node of a span file) counted
+    /// from this epoch (ns): its realtime stamps go through its map once the epoch is taken off.
+    direct: Vec<Option<i64>>,
 }
 
 impl CommonTimebase {
@@ -168,9 +173,14 @@ impl CommonTimebase {
         let mut realtime = vec![None; n];
         let mut spans = vec![None; n];
         let mut no_realtime = vec![None; n];
+        let mut direct = vec![None; n];
         for t in &inputs.traces {
             let k = t.index as usize;
             let source = &inputs.sources[t.source];
+            if let crate::input::SourceKind::Spans { file } = &source.kind {
+                direct[k] = Some(file.epoch_ns);
+                continue;
+            }
             if t.header.is_none() {
                 no_realtime[k] = Some(format!(
                     "{} is a trace of the text message file {}, which has no clock samples",
@@ -210,6 +220,7 @@ impl CommonTimebase {
             realtime,
             spans,
             no_realtime,
+            direct,
         })
     }
 
@@ -222,6 +233,7 @@ impl CommonTimebase {
             names: sync.traces.iter().map(|t| t.name.clone()).collect(),
             realtime: vec![None; n],
             spans: vec![None; n],
+            direct: vec![None; n],
             no_realtime: sync
                 .traces
                 .iter()
@@ -274,7 +286,24 @@ impl CommonTimebase {
 
     /// A streaming mapper for many times of one node (checks that `clock` can be used).
     pub fn mapper(&self, node: u32, clock: NodeClock) -> Result<NodeMapper<'_>, ApplyError> {
-        if clock == NodeClock::Realtime {
+        let reference = self.reference(node);
+        let direct = self.direct[node as usize].zip(self.direct[reference as usize]);
+        if self.direct[node as usize].is_some() || self.direct[reference as usize].is_some() {
+            if clock == NodeClock::Monotonic {
+                return Err(ApplyError::NoRealtime(format!(
+                    "{} is a node of a span file, whose times are its CLOCK_REALTIME: use --clock \
+                     realtime",
+                    self.names[node as usize]
+                )));
+            }
+            if direct.is_none() {
+                return Err(ApplyError::NoRealtime(format!(
+                    "{} and its reference {} are one a node of a span file and one not: their \
+                     realtime clocks cannot be related",
+                    self.names[node as usize], self.names[reference as usize]
+                )));
+            }
+        } else if clock == NodeClock::Realtime {
             let reference = self.reference(node);
             for k in [node, reference] {
                 if let Some(why) = &self.no_realtime[k as usize] {
@@ -304,6 +333,7 @@ impl CommonTimebase {
             ref_cursor: RealtimeCursor::default(),
             outside: 0,
             ambiguous: 0,
+            direct,
         })
     }
 
@@ -360,6 +390,9 @@ pub struct NodeMapper<'a> {
     pub outside: u64,
     /// Realtime values that occurred twice on the node (its clock was stepped back) so far.
     pub ambiguous: u64,
+    /// The node's and its reference's recorded clocks are their CLOCK_REALTIME (span files)
+    /// counted from these epochs: realtime stamps need no clock samples.
+    direct: Option<(i64, i64)>,
 }
 
 impl NodeMapper<'_> {
@@ -372,6 +405,11 @@ impl NodeMapper<'_> {
     #[inline]
     fn monotonic(&mut self, t_ns: i64) -> (i64, bool) {
         match self.clock {
+            _ if let Some((epoch, _)) = self.direct => {
+                let t = t_ns.saturating_sub(epoch);
+                let outside = self.span.is_some_and(|(a, b)| t < a || t > b);
+                (t, outside)
+            }
             NodeClock::Monotonic => {
                 let outside = self.span.is_some_and(|(a, b)| t_ns < a || t_ns > b);
                 (t_ns, outside)
@@ -391,6 +429,7 @@ impl NodeMapper<'_> {
     #[inline]
     fn back(&mut self, mono_ref: i64) -> i64 {
         match self.clock {
+            _ if let Some((_, epoch)) = self.direct => mono_ref.saturating_add(epoch),
             NodeClock::Monotonic => mono_ref,
             NodeClock::Realtime => self.timebase.realtime
                 [self.timebase.reference(self.node) as usize]
@@ -426,6 +465,7 @@ impl NodeMapper<'_> {
         let interval = interval.map(|(lo, hi)| {
             let (lo, hi) = (lo.floor() as i64, hi.ceil() as i64);
             match self.clock {
+                _ if self.direct.is_some() => (self.back(lo), self.back(hi)),
                 NodeClock::Monotonic => (lo, hi),
                 NodeClock::Realtime => {
                     let tb = self.timebase;

@@ -1,6 +1,7 @@
 //! OpenTelemetry traces in OTLP/JSON, as the Collector's file exporter writes them: one
 //! `TracesData` object per line (`resourceSpans` → `scopeSpans` → `spans`), spans of many nodes
-//! in one file. Each resource's node comes from one of its attributes (`host.name` by default);
+//! in one file. Each resource's node comes from one of its attributes (`host.name`, else
+//! `k8s.node.name`, else `service.instance.id` by default: `crate::spans::node`);
 //! each span's `startTimeUnixNano` and `endTimeUnixNano` and each span event's `timeUnixNano` are
 //! mapped through that node's map (the only timestamps a trace has: links, status, resource and
 //! scope carry none), and the span and its events gain `tsync.*` attributes with the original
@@ -10,21 +11,20 @@
 //! the path down to the times is taken apart: every other member is copied as the text it was
 //! (unknown fields, attribute order, ids, number spellings), and a mapped time keeps the form it
 //! had (the canonical decimal string of OTLP/JSON, or a number). Memory is that of one line.
+//! The OTLP/JSON pieces (members as raw text, attributes, times) are those `sync` reads span
+//! files with (`crate::spans::json`): both accept the same files.
 //!
 //! **Unknown nodes.** A resource whose node attribute names no trace of the inputs, or has no such
 //! attribute, is copied unchanged and its spans counted, so the summary can name it.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::io::{BufRead, Write};
 
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::{ApplyError, CommonTimebase, Mapped, NodeClock, NodeMapper};
-
-/// The resource attribute that names a span's node unless told otherwise.
-pub const NODE_ATTRIBUTE: &str = "host.name";
+use crate::spans::NodeAttribution;
+use crate::spans::json::{KeyValue, Members, Spelling, array, attributes, parse_time};
 
 /// Every attribute `apply --format otlp` adds (span attributes, then span-event attributes).
 pub const ATTRIBUTES: [&str; 14] = [
@@ -46,8 +46,8 @@ pub const ATTRIBUTES: [&str; 14] = [
 
 /// How the spans' nodes are found and which clock stamped them.
 pub struct OtlpOptions {
-    /// The resource attribute naming the node (a trace name of the inputs).
-    pub node_attribute: String,
+    /// The resource attributes naming the node (a trace name of the inputs).
+    pub attribution: NodeAttribution,
     /// Every resource is this node, whatever its attributes say.
     pub node: Option<u32>,
     /// The clock the times were taken with (OTLP's are Unix epoch times: realtime).
@@ -80,88 +80,6 @@ pub struct OtlpSummary {
     pub without_node: u64,
     /// Blank lines passed through.
     pub blank: u64,
-}
-
-/// A JSON object's members in their order, values as the raw text they were.
-struct Members<'a>(Vec<(String, &'a RawValue)>);
-
-impl<'de> Deserialize<'de> for Members<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Members<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
-                let mut v = Vec::new();
-                while let Some(entry) = map.next_entry::<String, &'de RawValue>()? {
-                    v.push(entry);
-                }
-                Ok(Members(v))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-impl<'a> Members<'a> {
-    fn parse(raw: &'a str, what: &str) -> Result<Self, String> {
-        serde_json::from_str(raw).map_err(|e| format!("{what} is not a JSON object ({e})"))
-    }
-
-    fn get(&self, key: &str) -> Option<&'a RawValue> {
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
-    }
-}
-
-fn array<'a>(raw: &'a RawValue, what: &str) -> Result<Vec<&'a RawValue>, String> {
-    serde_json::from_str(raw.get()).map_err(|e| format!("{what} is not a JSON array ({e})"))
-}
-
-/// The key of an attribute (`KeyValue`), and its value if it is a string.
-#[derive(serde::Deserialize)]
-struct KeyValue {
-    key: String,
-    #[serde(default)]
-    value: Option<AnyValue>,
-}
-
-#[derive(serde::Deserialize)]
-struct AnyValue {
-    #[serde(rename = "stringValue")]
-    string_value: Option<String>,
-}
-
-/// How a `…UnixNano` value was written: OTLP/JSON's decimal string, or a number.
-#[derive(Clone, Copy)]
-enum Spelling {
-    String,
-    Number,
-}
-
-/// A `fixed64` time: None when unset (0). Errors say what is wrong with the text.
-fn parse_time(raw: &RawValue) -> Result<Option<(i64, Spelling)>, String> {
-    let text = raw.get();
-    let (digits, spelling) = match text.strip_prefix('"') {
-        Some(rest) => (rest.strip_suffix('"').unwrap_or(rest), Spelling::String),
-        None => (text, Spelling::Number),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "{} is not a time in ns (a decimal integer, as a string or a number)",
-            text.chars().take(40).collect::<String>()
-        ));
-    }
-    let v: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text} is beyond 64 bits"))?;
-    if v == 0 {
-        return Ok(None);
-    }
-    let v = i64::try_from(v)
-        .map_err(|_| format!("{text} is beyond 2262-04-11 (the largest signed 64-bit ns)"))?;
-    Ok(Some((v, spelling)))
 }
 
 fn write_time(out: &mut Vec<u8>, t: i64, spelling: Spelling) -> Result<(), String> {
@@ -300,15 +218,11 @@ impl<'tb> Rewriter<'tb> {
             return Ok(NodeOf::Missing);
         };
         let members = Members::parse(resource.get(), "`resource`")?;
-        let Some(attributes) = members.get("attributes") else {
+        let Some(raw) = members.get("attributes") else {
             return Ok(NodeOf::Missing);
         };
-        let kvs: Vec<KeyValue> = serde_json::from_str(attributes.get())
-            .map_err(|e| format!("the resource's `attributes` are not key/value objects ({e})"))?;
-        let name = kvs
-            .into_iter()
-            .find(|kv| kv.key == self.options.node_attribute)
-            .and_then(|kv| kv.value?.string_value);
+        let kvs: Vec<KeyValue> = attributes(raw, "the resource's")?;
+        let name = self.options.attribution.node_of(&kvs).map(|(name, _)| name);
         Ok(match name {
             None => NodeOf::Missing,
             Some(name) => match self.timebase.names().iter().position(|n| *n == name) {

@@ -24,9 +24,6 @@ pub struct ApplyCmd {
     /// otlp, where each resource names its node (and --node forces one for all).
     #[arg(long, value_name = "NAME")]
     pub node: Option<String>,
-    /// otlp: the resource attribute that names a span's node (a trace name of the inputs).
-    #[arg(long, value_name = "KEY", default_value = otlp::NODE_ATTRIBUTE)]
-    pub node_attribute: String,
     /// The clock the events were stamped with: the node's CLOCK_MONOTONIC (as its trace records
     /// it; the result is on the reference's), or CLOCK_REALTIME (through both nodes' clock
     /// samples; the result is on the reference's realtime clock) [default: realtime for otlp,
@@ -152,7 +149,7 @@ pub fn run(a: ApplyCmd) -> CmdResult {
         )));
     }
     let options = a.sync.options()?;
-    let inputs = InputSet::open(&a.sync.inputs)?;
+    let inputs = InputSet::open_with(&a.sync.inputs, &a.sync.matching.span_options())?;
     let bar = progress::bar(inputs.total_bytes());
     let result = tsync_analyze::sync(&inputs, &options, &mut |n| {
         if let Some(b) = &bar {
@@ -169,7 +166,7 @@ pub fn run(a: ApplyCmd) -> CmdResult {
     let forced = a.node.as_deref().map(|n| timebase.node(n)).transpose()?;
     if format == ApplyFormat::Otlp {
         let options = OtlpOptions {
-            node_attribute: a.node_attribute.clone(),
+            attribution: a.sync.matching.span_options().attribution,
             node: forced,
             clock,
         };
@@ -180,6 +177,7 @@ pub fn run(a: ApplyCmd) -> CmdResult {
             return Ok(());
         };
         report_otlp(&summary, &options, &timebase, &a.output);
+        check_span_order(&a, &inputs)?;
         let unsynchronized: Vec<&str> = summary
             .spans
             .keys()
@@ -277,6 +275,41 @@ fn rewrite<S>(
     Ok(Some(summary))
 }
 
+/// Where the events were one of the span inputs (spans corrected from themselves) and went to
+/// a file: the corrected file read again as spans, and how many of its cross-node messages still
+/// run backwards said (a child before its parent; none is expected, and one would be named).
+fn check_span_order(a: &ApplyCmd, inputs: &InputSet) -> CmdResult {
+    let events = std::fs::canonicalize(&a.events).ok();
+    let is_span_input = events.is_some()
+        && inputs.sources.iter().any(|s| {
+            matches!(s.kind, tsync_analyze::SourceKind::Spans { .. })
+                && std::fs::canonicalize(&s.path).ok() == events
+        });
+    if !is_span_input
+        || a.output.as_os_str() == "-"
+        || a.output.extension().is_some_and(|e| e == "gz")
+    {
+        return Ok(());
+    }
+    let order = tsync_analyze::spans::inversions(&a.output, &a.sync.matching.span_options())?;
+    if order.inverted == 0 {
+        eprintln!(
+            "tsync-analyze: apply: cross-node order kept: none of the {} messages of the \
+             corrected spans runs backwards (no child starts before its parent)",
+            order.messages
+        );
+    } else {
+        eprintln!(
+            "tsync-analyze: apply: warning: {} of the {} messages of the corrected spans run \
+             backwards (a child starting before its parent, or a client ending before its server \
+             started): the maps of those pairs were composed through other nodes; their \
+             intervals overlap, and the order within them is not certain",
+            order.inverted, order.messages
+        );
+    }
+    Ok(())
+}
+
 fn report_otlp(s: &OtlpSummary, o: &OtlpOptions, timebase: &CommonTimebase, out: &Path) {
     let spans: u64 = s.spans.values().sum();
     let per_node: Vec<String> = s.spans.iter().map(|(n, k)| format!("{n}: {k}")).collect();
@@ -295,16 +328,17 @@ fn report_otlp(s: &OtlpSummary, o: &OtlpOptions, timebase: &CommonTimebase, out:
     let known = timebase.names().join(", ");
     for (name, n) in &s.unknown_nodes {
         eprintln!(
-            "tsync-analyze: apply: warning: {n} spans of resources whose `{}` is `{name}` left \
-             unchanged: no trace of that name (the traces are: {known})",
-            o.node_attribute
+            "tsync-analyze: apply: warning: {n} spans of resources whose node (by their {}) is \
+             `{name}` left unchanged: no trace of that name (the traces are: {known})",
+            o.attribution.describe()
         );
     }
     if s.without_node > 0 {
         eprintln!(
-            "tsync-analyze: apply: warning: {} spans of resources without a `{}` attribute left \
-             unchanged (name the attribute with --node-attribute, or the node with --node)",
-            s.without_node, o.node_attribute
+            "tsync-analyze: apply: warning: {} spans of resources without {} left unchanged \
+             (name the attribute with --node-attribute, or the node with --node)",
+            s.without_node,
+            o.attribution.describe()
         );
     }
     if s.outside_span > 0 {

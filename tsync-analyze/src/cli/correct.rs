@@ -36,7 +36,7 @@ pub fn clc_timeline(
         keep_messages: true,
         plot_samples,
     };
-    let mut timeline = super::build_timeline(&sync.inputs, &options)?;
+    let mut timeline = super::build_timeline(sync, &options)?;
     let times = timeline.mapped_times()?;
     let l_min = timeline.l_min(l_min_ns);
     let outcome = timeline.run_clc(times, &l_min, &clc.params())?;

@@ -43,7 +43,7 @@ pub fn run(a: EvalCmd) -> CmdResult {
             keep_messages: false,
             plot_samples,
         };
-        let timeline = super::build_timeline(&a.sync.inputs, &options)?;
+        let timeline = super::build_timeline(&a.sync, &options)?;
         let report = timeline.evaluate(timeline.l_min(l_min_ns), None, &mut |_| {})?;
         (timeline, report)
     };

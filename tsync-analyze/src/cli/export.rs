@@ -81,7 +81,7 @@ pub fn run(a: ExportCmd) -> CmdResult {
             keep_messages: true,
             plot_samples: false,
         };
-        (super::build_timeline(&a.sync.inputs, &options)?, None)
+        (super::build_timeline(&a.sync, &options)?, None)
     };
     super::print_warnings(&timeline);
     let mut out = OutputFile::create(&a.output, "", &inputs)?;

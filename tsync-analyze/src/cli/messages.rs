@@ -10,7 +10,8 @@ use super::{CliError, CmdResult, MatchArgs};
 
 #[derive(Args)]
 pub struct MessagesCmd {
-    /// Trace files (tsync-agent) and/or text message files.
+    /// Trace files (tsync-agent), text message files, OpenTelemetry span files (OTLP/JSON)
+    /// and/or LTTng trace directories.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<std::path::PathBuf>,
     #[command(flatten)]
@@ -48,7 +49,7 @@ impl<W: Write> MessageSink for TextWriter<W> {
 }
 
 pub fn run(a: MessagesCmd) -> CmdResult {
-    let inputs = InputSet::open(&a.inputs)?;
+    let inputs = InputSet::open_with(&a.inputs, &a.matching.span_options())?;
     let options = a.matching.options()?;
     let stdout = std::io::stdout().lock();
     let mut w = TextWriter {

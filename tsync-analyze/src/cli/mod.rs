@@ -84,6 +84,29 @@ pub struct MatchArgs {
     /// the number.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub threads: Option<u32>,
+    /// Span files: the resource attribute that names a span's node [default: host.name, else
+    /// k8s.node.name, else service.instance.id]; apply --format otlp: the trace a resource's
+    /// spans belong to.
+    #[arg(long, value_name = "KEY")]
+    pub node_attribute: Option<String>,
+    /// Span files: how many spans are kept to join parents and children (memory: about 1 KB
+    /// each); pairs farther apart in the file are counted, not joined.
+    #[arg(long, value_name = "N", default_value_t = tsync_analyze::spans::DEFAULT_WINDOW as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub span_window: u64,
+}
+
+impl MatchArgs {
+    /// How span files are read.
+    pub fn span_options(&self) -> tsync_analyze::spans::SpanOptions {
+        tsync_analyze::spans::SpanOptions {
+            attribution: self.node_attribute.as_deref().map_or_else(
+                tsync_analyze::spans::NodeAttribution::default,
+                tsync_analyze::spans::NodeAttribution::only,
+            ),
+            window: usize::try_from(self.span_window).unwrap_or(usize::MAX),
+        }
+    }
 }
 
 impl MatchArgs {
@@ -107,7 +130,8 @@ impl MatchArgs {
 /// from its clock maps take too.
 #[derive(Args)]
 pub struct SyncArgs {
-    /// Trace files (tsync-agent) and/or text message files.
+    /// Trace files (tsync-agent), text message files, OpenTelemetry span files (OTLP/JSON)
+    /// and/or LTTng trace directories.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// Estimator.
@@ -306,8 +330,8 @@ pub fn synchronized_enough(sync: &SyncResult, strict: bool) -> CmdResult {
 }
 
 /// Opens the inputs and builds the timeline, with a progress bar on large inputs.
-pub fn build_timeline(inputs: &[PathBuf], options: &TimelineOptions) -> Result<Timeline, CliError> {
-    let inputs = InputSet::open(inputs)?;
+pub fn build_timeline(args: &SyncArgs, options: &TimelineOptions) -> Result<Timeline, CliError> {
+    let inputs = InputSet::open_with(&args.inputs, &args.matching.span_options())?;
     let bar = progress::bar(inputs.total_bytes());
     let timeline = Timeline::build(inputs, options, &mut |n| {
         if let Some(b) = &bar {

@@ -35,7 +35,7 @@ pub fn run(a: SyncCmd) -> CmdResult {
         keep_messages: false,
         plot_samples: true,
     };
-    let timeline = super::build_timeline(&a.sync.inputs, &options)?;
+    let timeline = super::build_timeline(&a.sync, &options)?;
     // The histograms show the transfer times after this correction: a second, streaming pass
     // over the messages.
     let eval = timeline.evaluate(timeline.l_min(None), None, &mut |_| {})?;
@@ -46,7 +46,7 @@ pub fn run(a: SyncCmd) -> CmdResult {
 
 /// `sync` without plots: the hulls only, one pass, nothing gathered on the side.
 fn plain(a: &SyncArgs, options: &SyncOptions) -> Result<SyncResult, CliError> {
-    let inputs = InputSet::open(&a.inputs)?;
+    let inputs = InputSet::open_with(&a.inputs, &a.matching.span_options())?;
     let bar = progress::bar(inputs.total_bytes());
     let result = tsync_analyze::sync(&inputs, options, &mut |n| {
         if let Some(b) = &bar {

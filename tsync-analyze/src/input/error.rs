@@ -27,6 +27,19 @@ pub enum InputError {
         /// What is wrong with the line.
         what: String,
     },
+    /// A line of a span file is not OTLP/JSON traces.
+    #[error(
+        "{path}:{line}: {what}\n  (a span file holds OTLP/JSON `TracesData`, one object with \
+         `resourceSpans` per line, as the OpenTelemetry Collector's file exporter writes it)"
+    )]
+    Spans {
+        /// The span file.
+        path: PathBuf,
+        /// Line number, from 1.
+        line: u64,
+        /// What is wrong with the line.
+        what: String,
+    },
     /// A trace file written by `tsync-agent` cannot be decoded.
     #[error("{path}: not a usable tsync trace file: {what}")]
     Trace {
@@ -62,6 +75,14 @@ impl InputError {
         InputError::Io {
             path: path.to_path_buf(),
             source,
+        }
+    }
+
+    pub(crate) fn spans(path: &std::path::Path, line: u64, what: impl Into<String>) -> Self {
+        InputError::Spans {
+            path: path.to_path_buf(),
+            line,
+            what: what.into(),
         }
     }
 

@@ -26,7 +26,8 @@ impl Message {
 /// Where a message came from, so that tools can point back at the raw data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Origin {
-    /// A line of a text message file (1-based line number).
+    /// A line of a text message file (1-based line number), or of a span file (the line of the
+    /// message's child span: `crate::spans`).
     TextLine(u64),
     /// Two events of trace files: `send_index` is the index of the send event in the sending trace's
     /// file (events counted from 0 in file order), `recv_index` that of the receive event.

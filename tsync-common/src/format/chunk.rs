@@ -31,6 +31,22 @@ pub(super) mod chunk_kind {
     pub const EVENTS_PACKED: u32 = 8;
     /// Version 3 and 4 clock samples: columns, compressed (`columnar::samples`, `compress`).
     pub const CLOCK_SAMPLES_PACKED: u32 = 9;
+    /// The node's addresses per network namespace (`AddressTable`, bincode), version 5 on.
+    pub const ADDRESSES: u32 = 10;
+
+    /// Whether a file of format `version` may hold chunks of `kind`.
+    pub fn in_version(kind: u32, version: u32) -> bool {
+        match kind {
+            HEADER | LOST | END => true,
+            EVENTS => version <= 2,
+            CLOCK_SAMPLES_V1 => version == 1,
+            CLOCK_SAMPLES => version == 2,
+            KERNEL_CLOCK => version >= 2,
+            EVENTS_PACKED | CLOCK_SAMPLES_PACKED => version >= 3,
+            ADDRESSES => version >= 5,
+            _ => false,
+        }
+    }
 }
 
 pub(super) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, FormatError> {

@@ -34,8 +34,12 @@
 pub const MAGIC: [u8; 8] = *b"TSYNCTRC";
 /// Format version this build writes and the newest it reads. Version 4 is version 3 with the
 /// event chunks' time differences as byte planes instead of varints (cheaper to encode and
-/// decode, docs/format.md); [`TraceWriter::with_version`] still writes version 3.
-pub const VERSION: u32 = 4;
+/// decode, docs/format.md); version 5 adds the events' `flags` (in the flow table) and `ttl` (a
+/// column of their own), which versions 3 and 4 kept in the extras as two reserved bytes; and
+/// the node's addresses per network namespace (chunk kind 10, [`AddressTable`]), with each
+/// interface's namespace in the header.
+/// [`TraceWriter::with_version`] still writes versions 2 to 4.
+pub const VERSION: u32 = 5;
 /// The oldest version [`TraceWriter::with_version`] still writes (for compatibility tests and
 /// benchmarks against files users already have).
 pub const OLDEST_WRITTEN_VERSION: u32 = 2;
@@ -50,6 +54,7 @@ const PREAMBLE_LEN: usize = 16;
 /// The byte order field of little-endian files (the only ones tsync writes).
 const LITTLE_ENDIAN: u32 = 0;
 
+mod addresses;
 mod chunk;
 mod clock;
 mod columnar;
@@ -61,10 +66,14 @@ mod packed;
 mod reader;
 mod writer;
 
+pub use addresses::{
+    AddressTable, AddressTables, HeldAddress, IpPrefix, NamespaceAddresses, held_addresses,
+    read_address_tables,
+};
 pub use clock::{ClockSample, KernelClock};
 pub use compress::DEFAULT_LEVEL as DEFAULT_COMPRESSION_LEVEL;
 pub use error::{Damage, FormatError};
-pub use header::{AgentOptions, ClockSkew, Header, Interface};
+pub use header::{AgentOptions, ClockSkew, Header, Interface, RecordedNetns};
 pub use lost::{Footer, LostCounts};
 pub use reader::TraceReader;
 pub use writer::TraceWriter;

@@ -4,7 +4,7 @@
 
 use super::columnar::{
     self, EventDecoder,
-    events::{EventEncoder, TimeLayout},
+    events::{EventEncoder, Layout},
 };
 use super::compress::{Packer, Unpacker};
 use super::{ClockSample, FormatError, MAX_CHUNK_PAYLOAD};
@@ -22,7 +22,7 @@ impl PackedWriter {
     pub(crate) fn new(level: i32, version: u32) -> Result<Self, FormatError> {
         Ok(PackedWriter {
             packer: Packer::new(level)?,
-            encoder: EventEncoder::new(TimeLayout::of_version(version)),
+            encoder: EventEncoder::new(Layout::of_version(version)),
             columns: Vec::new(),
         })
     }
@@ -57,7 +57,7 @@ impl PackedReader {
     pub(crate) fn new(version: u32) -> Result<Self, FormatError> {
         Ok(PackedReader {
             unpacker: Unpacker::new()?,
-            decoder: EventDecoder::new(TimeLayout::of_version(version)),
+            decoder: EventDecoder::new(Layout::of_version(version)),
         })
     }
 

@@ -6,11 +6,12 @@ use std::path::Path;
 
 use super::chunk::{CHUNK_HEADER_LEN, chunk_kind, decode, padding};
 use super::clock::ClockSampleV1;
+use super::header::decode_header;
 use super::lost::{FooterV2, LostCountsV2};
 use super::packed::PackedReader;
 use super::{
-    ClockSample, Damage, Footer, FormatError, Header, KernelClock, LITTLE_ENDIAN, LostCounts,
-    MAX_CHUNK_PAYLOAD, PREAMBLE_LEN, VERSION, is_trace_file,
+    AddressTable, ClockSample, Damage, Footer, FormatError, Header, KernelClock, LITTLE_ENDIAN,
+    LostCounts, MAX_CHUNK_PAYLOAD, PREAMBLE_LEN, VERSION, is_trace_file,
 };
 use crate::PacketEvent;
 
@@ -29,6 +30,7 @@ pub struct TraceReader<R: Read> {
     version: u32,
     samples: Vec<ClockSample>,
     kernel_clock: Vec<KernelClock>,
+    address_tables: Vec<AddressTable>,
     lost: LostCounts,
     footer: Option<Footer>,
     damage: Option<Damage>,
@@ -37,6 +39,11 @@ pub struct TraceReader<R: Read> {
     done: bool,
     /// Set by [`TraceReader::skip_events`]: moves the input past an event chunk's payload.
     skip: Option<fn(&mut R, u64) -> io::Result<()>>,
+    /// Set by [`TraceReader::only_address_tables`]: every chunk but the header, the address
+    /// tables and the end is passed over too.
+    only_addresses: bool,
+    /// Whether the chunk just met was passed over unread.
+    skipped: bool,
     /// Version 3's decompressor and decoder.
     packed: Option<PackedReader>,
 }
@@ -48,6 +55,15 @@ impl<R: Read + Seek> TraceReader<R> {
     /// [`next_events`](Self::next_events) then returns an empty slice per event chunk.
     pub fn skip_events(&mut self) {
         self.skip = Some(|input, n| input.seek(io::SeekFrom::Current(n as i64)).map(|_| ()));
+    }
+
+    /// From now on, passes over every chunk but the address tables and the end chunk, unread
+    /// and unchecked (as [`skip_events`](Self::skip_events) does event chunks): a pass that
+    /// reads a few bytes per chunk and decompresses nothing. Clock samples, kernel clock states
+    /// and lost counts are then not read either.
+    pub fn only_address_tables(&mut self) {
+        self.skip_events();
+        self.only_addresses = true;
     }
 }
 
@@ -108,12 +124,15 @@ impl<R: Read> TraceReader<R> {
             version,
             samples: Vec::new(),
             kernel_clock: Vec::new(),
+            address_tables: Vec::new(),
             lost: LostCounts::default(),
             footer: None,
             damage: None,
             consumed_in_chunk: 0,
             done: false,
             skip: None,
+            only_addresses: false,
+            skipped: false,
             packed: match version {
                 3.. => Some(PackedReader::new(version)?),
                 _ => None,
@@ -128,9 +147,9 @@ impl<R: Read> TraceReader<R> {
         &self.header
     }
 
-    /// The next chunk of events, in file order. Clock samples, lost counters and the footer met on
-    /// the way are kept by the reader. `Ok(None)` at the end of the file, and also at the first
-    /// damaged chunk: then [`damage`](Self::damage) says what was cut.
+    /// The next chunk of events, in file order. Clock samples, address tables, lost counters and
+    /// the footer met on the way are kept by the reader. `Ok(None)` at the end of the file, and
+    /// also at the first damaged chunk: then [`damage`](Self::damage) says what was cut.
     pub fn next_events(&mut self) -> Result<Option<&[PacketEvent]>, FormatError> {
         while !self.done {
             let chunk_start = self.offset;
@@ -209,6 +228,13 @@ impl<R: Read> TraceReader<R> {
         &self.kernel_clock
     }
 
+    /// The node's address tables read so far, in file order (version 5 on; all of them once
+    /// [`next_events`](Self::next_events) returned `None`). `format::held_addresses` turns
+    /// them into the addresses the node held and when.
+    pub fn address_tables(&self) -> &[AddressTable] {
+        &self.address_tables
+    }
+
     /// The latest cumulative lost-event counters read so far.
     pub fn lost(&self) -> &LostCounts {
         &self.lost
@@ -226,7 +252,9 @@ impl<R: Read> TraceReader<R> {
 
     fn read_header_chunk(&mut self) -> Result<Header, FormatError> {
         match self.read_chunk_into_payload() {
-            Ok((chunk_kind::HEADER, _)) => decode(&self.payload).map_err(FormatError::Header),
+            Ok((chunk_kind::HEADER, _)) => {
+                decode_header(&self.payload, self.version).map_err(FormatError::Header)
+            }
             Ok((kind, _)) => Err(FormatError::Header(format!(
                 "first chunk is of kind {kind}, not a header"
             ))),
@@ -240,10 +268,12 @@ impl<R: Read> TraceReader<R> {
 
     /// Decodes the chunk in `self.payload`; returns a reason if it does not make sense.
     fn take_chunk(&mut self, kind: u32, count: u32) -> Option<String> {
+        if std::mem::take(&mut self.skipped) {
+            // Only kinds the version holds are passed over (`skips`).
+            return None;
+        }
         let v3 = self.version >= 3;
         match kind {
-            chunk_kind::EVENTS | chunk_kind::EVENTS_PACKED
-                if self.skip.is_some() && (kind == chunk_kind::EVENTS_PACKED) == v3 => {}
             chunk_kind::EVENTS_PACKED if v3 => {
                 let packed = self.packed.as_mut().expect("a version 3 reader");
                 if let Err(e) = packed.events(&self.payload, count, &mut self.events) {
@@ -296,6 +326,20 @@ impl<R: Read> TraceReader<R> {
                     Err(e) => return Some(format!("kernel-clock chunk is unreadable: {e}")),
                 }
             }
+            chunk_kind::ADDRESSES if self.version >= 5 => {
+                match decode::<AddressTable>(&self.payload) {
+                    Ok(table) if table.namespaces.len() == count as usize => {
+                        self.address_tables.push(table)
+                    }
+                    Ok(table) => {
+                        return Some(format!(
+                            "address chunk holds {} namespace(s), its header says {count}",
+                            table.namespaces.len()
+                        ));
+                    }
+                    Err(e) => return Some(format!("address chunk is unreadable: {e}")),
+                }
+            }
             chunk_kind::LOST => match self.decode_lost() {
                 Ok(lost) => self.lost = lost,
                 Err(e) => return Some(format!("lost-event chunk is unreadable: {e}")),
@@ -315,7 +359,8 @@ impl<R: Read> TraceReader<R> {
             | chunk_kind::CLOCK_SAMPLES
             | chunk_kind::KERNEL_CLOCK
             | chunk_kind::EVENTS_PACKED
-            | chunk_kind::CLOCK_SAMPLES_PACKED => {
+            | chunk_kind::CLOCK_SAMPLES_PACKED
+            | chunk_kind::ADDRESSES => {
                 return Some(format!(
                     "chunk of kind {kind}, which a version {} file cannot hold (corrupt chunk \
                      header)",
@@ -352,6 +397,20 @@ impl<R: Read> TraceReader<R> {
         }
     }
 
+    /// Whether a chunk of `kind` is passed over unread: event chunks after
+    /// [`skip_events`](TraceReader::skip_events), and all but the header, address tables and
+    /// end after [`only_address_tables`](TraceReader::only_address_tables). Never a kind the
+    /// file's version does not hold: that chunk is read, and reported as damage.
+    fn skips(&self, kind: u32) -> bool {
+        self.skip.is_some()
+            && chunk_kind::in_version(kind, self.version)
+            && match kind {
+                chunk_kind::EVENTS | chunk_kind::EVENTS_PACKED => true,
+                chunk_kind::HEADER | chunk_kind::ADDRESSES | chunk_kind::END => false,
+                _ => self.only_addresses,
+            }
+    }
+
     /// Records the damage at the current offset, counting the bytes left unread.
     fn mark_damaged(&mut self, reason: String) -> Result<(), FormatError> {
         let rest = io::copy(&mut self.input, &mut io::sink())
@@ -372,6 +431,7 @@ impl<R: Read> TraceReader<R> {
     fn read_chunk_into_payload(&mut self) -> Result<(u32, u32), ChunkProblem> {
         self.consumed_in_chunk = 0;
         self.events_direct = false;
+        self.skipped = false;
         let mut head = [0u8; CHUNK_HEADER_LEN];
         let n = read_full(&mut self.input, &mut head).map_err(ChunkProblem::Io)?;
         self.consumed_in_chunk = n as u64;
@@ -393,11 +453,11 @@ impl<R: Read> TraceReader<R> {
         let len = len as usize;
         let padded = len + padding(len);
         let record = std::mem::size_of::<PacketEvent>();
-        let events = kind == chunk_kind::EVENTS || kind == chunk_kind::EVENTS_PACKED;
-        if let (true, Some(skip)) = (events, self.skip) {
+        if let (true, Some(skip)) = (self.skips(kind), self.skip) {
             skip(&mut self.input, padded as u64).map_err(ChunkProblem::Io)?;
             self.events.clear();
             self.events_direct = true;
+            self.skipped = true;
             self.offset += (CHUNK_HEADER_LEN + padded) as u64;
             self.consumed_in_chunk = 0;
             return Ok((kind, count));

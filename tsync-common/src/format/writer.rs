@@ -6,11 +6,13 @@ use std::path::Path;
 
 use super::chunk::{CHUNK_HEADER_LEN, chunk_kind, encode, padding};
 use super::compress::DEFAULT_LEVEL;
+use super::header::encode_header;
 use super::lost::{FooterV2, LostCountsV2};
 use super::packed::PackedWriter;
 use super::{
-    ClockSample, EVENTS_PER_CHUNK, Footer, FormatError, Header, KernelClock, LITTLE_ENDIAN,
-    LostCounts, MAGIC, MAX_CHUNK_PAYLOAD, OLDEST_WRITTEN_VERSION, PREAMBLE_LEN, VERSION,
+    AddressTable, ClockSample, EVENTS_PER_CHUNK, Footer, FormatError, Header, KernelClock,
+    LITTLE_ENDIAN, LostCounts, MAGIC, MAX_CHUNK_PAYLOAD, OLDEST_WRITTEN_VERSION, PREAMBLE_LEN,
+    VERSION,
 };
 use crate::PacketEvent;
 
@@ -91,7 +93,12 @@ impl<W: Write> TraceWriter<W> {
                 _ => None,
             },
         };
-        write_chunk(&mut writer.out, chunk_kind::HEADER, &encode(header)?, 1)?;
+        write_chunk(
+            &mut writer.out,
+            chunk_kind::HEADER,
+            &encode_header(header, version)?,
+            1,
+        )?;
         Ok(writer)
     }
 
@@ -156,6 +163,20 @@ impl<W: Write> TraceWriter<W> {
             encode(&LostCountsV2::try_from(lost)?)?
         };
         write_chunk(&mut self.out, chunk_kind::LOST, &payload, 1)
+    }
+
+    /// Writes the node's addresses as a chunk of their own (version 5 on: an older version has no
+    /// place for them, and refuses them with [`FormatError::Encode`]).
+    pub fn write_addresses(&mut self, table: &AddressTable) -> Result<(), FormatError> {
+        if self.version < 5 {
+            return Err(FormatError::Encode(format!(
+                "a version {} file cannot hold the node's addresses (version 5 on)",
+                self.version
+            )));
+        }
+        let count = u32::try_from(table.namespaces.len())
+            .map_err(|_| FormatError::Encode("too many namespaces".into()))?;
+        write_chunk(&mut self.out, chunk_kind::ADDRESSES, &encode(table)?, count)
     }
 
     /// Writes pending events and clock samples as chunks and flushes the output, so that what was

@@ -5,63 +5,13 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
-use tsync_analyze::{
-    Algorithm, InputSet, MatchOptions, MatchStats, MatchedMessage, MessageSink, SyncOptions,
-    SyncResult,
-};
+use tsync_analyze::{InputSet, MatchOptions, MatchStats, SyncResult};
 use tsync_common::format::ClockSkew;
 
 use super::DemoOptions;
 use super::app_logs::AppLogs;
-
-/// What the demo found for one node, against the truth.
-pub struct NodeCheck {
-    pub node: String,
-    pub injected: ClockSkew,
-    /// The node's clock minus node 0's at the middle of the pair's span: true and recovered (ns).
-    /// (The offset at time 0 — boot — is less telling: it extrapolates the drift over the
-    /// machine's whole uptime.)
-    pub true_offset_mid_ns: f64,
-    pub recovered_offset_mid_ns: f64,
-    /// The node's drift relative to node 0, as recovered from its map onto node 0.
-    pub recovered_ppm: f64,
-    pub quality: String,
-    /// Estimated minus true time on the node's clock at the middle of the pair's span (ns).
-    pub mid_error_ns: f64,
-    /// The guaranteed interval at that time, relative to the truth (ns): (lo − truth, hi − truth).
-    pub interval: Option<(f64, f64)>,
-}
-
-impl NodeCheck {
-    /// True when the truth lies inside the reported interval (1 ns of slack for the rounding of
-    /// written timestamps to whole nanoseconds).
-    pub fn truth_inside(&self) -> bool {
-        self.interval
-            .is_some_and(|(lo, hi)| lo <= 1.0 && hi >= -1.0)
-    }
-}
-
-/// Counts matched messages received before they were sent once every trace is mapped onto its
-/// reference.
-struct InversionCounter<'a> {
-    sync: &'a SyncResult,
-    messages: u64,
-    inversions: u64,
-}
-
-impl MessageSink for InversionCounter<'_> {
-    fn message(&mut self, m: &MatchedMessage<'_>) {
-        let msg = &m.message;
-        let send = self.sync.to_reference(msg.send_trace, msg.send_ns);
-        let recv = self.sync.to_reference(msg.recv_trace, msg.recv_ns);
-        self.messages += 1;
-        self.inversions += u64::from(recv < send);
-    }
-
-    fn wants_events(&self) -> bool {
-        false
-    }
-}
+pub use crate::known_skew::NodeCheck;
+use crate::known_skew::{InversionCounter, check_node, synchronize};
 
 /// Synchronizes the traces with node 0 as reference and checks every node against its skew.
 pub fn analyze(
@@ -69,63 +19,15 @@ pub fn analyze(
     skews: &[ClockSkew],
 ) -> anyhow::Result<(SyncResult, Vec<NodeCheck>, u64)> {
     let inputs = InputSet::open(files)?;
-    let options = SyncOptions {
-        algorithm: Algorithm::Chull,
-        reference: Some("node-0".into()),
-        matching: MatchOptions::default(),
-        linreg_filter_z: None,
-        ..Default::default()
-    };
-    let sync = tsync_analyze::sync(&inputs, &options, &mut |_| {})?;
+    let sync = synchronize(&inputs)?;
     let mut checks = Vec::new();
     for (k, skew) in skews.iter().enumerate().skip(1) {
         checks.push(check_node(&sync, k, *skew)?);
     }
-    let mut counter = InversionCounter {
-        sync: &sync,
-        messages: 0,
-        inversions: 0,
-    };
+    let mut counter = InversionCounter::new(&sync);
     inputs.for_each_message(&MatchOptions::default(), &mut counter, &mut |_| {})?;
     let inversions = counter.inversions;
     Ok((sync, checks, inversions))
-}
-
-/// Compares trace k's map onto node 0 with the truth `t_k = skew(t_0)`, at the middle of the
-/// pair (node 0, node k)'s messages. The pair itself is estimated on the nodes' raw clocks, where
-/// the agent's `--clock-skew` (applied to CLOCK_MONOTONIC, like NTP's slewing) does not exist;
-/// the trace map goes from node k's recorded clock to node 0's, skew included.
-fn check_node(sync: &SyncResult, k: usize, skew: ClockSkew) -> anyhow::Result<NodeCheck> {
-    let pair = sync
-        .pair(0, k as u32)
-        .ok_or_else(|| anyhow::anyhow!("no pair between node-0 and node-{k}"))?;
-    let trace = &sync.traces[k];
-    let drift = trace.line.drift;
-    let truth = |t0: f64| t0 + skew.offset_ns as f64 + t0 * skew.drift_ppm * 1e-6;
-    let (true_offset_mid_ns, recovered_offset_mid_ns, interval) = match pair.span {
-        Some((start, end)) => {
-            // The pair's span is on node 0's estimation clock; back to its recorded clock.
-            let mid = start as f64 + (end - start) as f64 / 2.0;
-            let t0 = sync.timebases.of(0).map_or(mid, |c| c.from_raw.apply(mid));
-            let tk = truth(t0).round();
-            let back = sync.to_reference(k as u32, tk as i64);
-            let interval = sync
-                .interval(k as u32, tk as i64)
-                .map(|(lo, hi)| (t0 - hi, t0 - lo));
-            (tk - t0, tk - back, interval)
-        }
-        _ => (f64::NAN, f64::NAN, None),
-    };
-    Ok(NodeCheck {
-        node: trace.name.clone(),
-        injected: skew,
-        true_offset_mid_ns,
-        recovered_offset_mid_ns,
-        recovered_ppm: (1.0 / drift - 1.0) * 1e6,
-        quality: pair.quality.as_str().to_owned(),
-        mid_error_ns: recovered_offset_mid_ns - true_offset_mid_ns,
-        interval,
-    })
 }
 
 /// The per-node table the demo prints.

@@ -21,10 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
-use rand::{Rng, SeedableRng};
 use tsync_analyze::SyncResult;
-use tsync_common::format::ClockSkew;
 
+pub use crate::known_skew::skews;
 use crate::{Binaries, Offloads};
 
 /// Options of the demo.
@@ -49,23 +48,6 @@ pub struct DemoOptions {
     /// as the kernel sets them (`kernel`: veth's TSO and GSO on, GRO off).
     #[arg(long, value_enum, default_value = "kernel")]
     pub offloads: Offloads,
-}
-
-/// The known skew of each node: node 0 none, the others up to ±50 ms and ±100 ppm.
-pub fn skews(nodes: usize, seed: u64) -> Vec<ClockSkew> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    (0..nodes)
-        .map(|k| {
-            if k == 0 {
-                ClockSkew::default()
-            } else {
-                ClockSkew {
-                    offset_ns: rng.random_range(-50_000_000..=50_000_000),
-                    drift_ppm: (rng.random_range(-100.0..=100.0f64) * 1000.0).round() / 1000.0,
-                }
-            }
-        })
-        .collect()
 }
 
 /// A demo about to run, its options checked.

@@ -11,8 +11,9 @@ use tsync_common::format::ClockSkew;
 use super::DemoOptions;
 use crate::{Agent, Binaries, Bridge, Offloads, record_command, wait_unloaded};
 
-/// A child process that is killed and reaped if still running when dropped.
-struct Guarded(Child);
+/// A child process that is killed and reaped if still running when dropped (the traffic
+/// generators of the demo and the cluster lab).
+pub(crate) struct Guarded(pub Child);
 
 impl Drop for Guarded {
     fn drop(&mut self) {

@@ -1,4 +1,5 @@
 use serde_json::json;
+use tsync_common::format::ClockSkew;
 
 use super::app_logs::{AppLogs, out_of_order};
 use super::checks::{NodeCheck, failures, table};

@@ -313,12 +313,13 @@ fn with_samples_and_losses(path: &Path, version: u32) -> Result<Vec<u8>> {
     Ok(w.finish(&footer)?)
 }
 
-/// Seeds for what format version 3 added, and for version 2 files, which the reader still reads
-/// (the other seeds are version 3 files as this build writes them): version 2 files and their
-/// chunk lists; a version 3 file cut inside a compressed chunk; version 3 events whose rare
-/// columns are used (UDP payload bytes, CPUs above 255, header lengths above 15, many flows),
-/// written at a strong zstd level (other zstd block types), as a file and as a chunk list, in
-/// the current version and in version 3 (whose time differences are varints).
+/// Seeds for what format versions 3 to 5 added, and for version 2 files, which the reader still
+/// reads (the other seeds are files as this build writes them): version 2 files and their chunk
+/// lists; a compressed file cut inside a compressed chunk; events whose rare columns are used
+/// (UDP data, raw and hashed, CPUs above 255, header lengths above 15, many flows, tunnels'
+/// flags, TTLs that change within a flow), written at a strong zstd level (other zstd block
+/// types), as a file and as a chunk list, in the current version, in version 4 (flags and TTL
+/// in the extras) and in version 3 (whose time differences are varints).
 fn older_and_compressed_seeds(
     rich: &[Vec<u8>],
     rich_v2: &[Vec<u8>],
@@ -343,10 +344,10 @@ fn older_and_compressed_seeds(
             ifindex: 2,
             cpu: (i % 300) as u16,
             direction: (i % 2) as u8,
-            kind: if i % 3 == 0 {
-                tsync_common::kind::UDP4
-            } else {
-                tsync_common::kind::TCP6
+            kind: match i % 6 {
+                0 => tsync_common::kind::UDP4,
+                3 => tsync_common::kind::UDP6_HASHED,
+                _ => tsync_common::kind::TCP6,
             },
             saddr: [(i % 40) as u8; 16],
             daddr: [9; 16],
@@ -358,12 +359,26 @@ fn older_and_compressed_seeds(
             ihl: (i % 20) as u8,
             doff: 5,
             tcp_flags: (i % 64) as u8,
-            udp_data: [i as u8; 8],
+            udp_data: if i % 6 == 3 {
+                tsync_common::udp_hashed_data(&i.to_le_bytes())
+            } else {
+                [i as u8; 8]
+            },
             udp_len: (i % 3) as u16,
+            flags: if i % 40 < 20 {
+                0
+            } else {
+                tsync_common::flag::ENCAPSULATED
+            },
+            ttl: 64 - (i % 7 / 5) as u8,
             ..Default::default()
         })
         .collect();
-    for (version, suffix) in [(tsync_common::format::VERSION, ""), (3, "-version-3")] {
+    for (version, suffix) in [
+        (tsync_common::format::VERSION, ""),
+        (4, "-version-4"),
+        (3, "-version-3"),
+    ] {
         let header = tsync_common::format::Header::default();
         let mut w = TraceWriter::with_version(Vec::new(), &header, version)?;
         w.set_compression_level(19)?;

@@ -389,6 +389,7 @@ fn node_header(name: &str, k: usize, config: &SimConfig, clock: &ClockModel) -> 
             name: "sim0".into(),
             mac: None,
             addresses: vec![format!("{}/16", traffic::address(k))],
+            ..Default::default()
         }],
         start_realtime_ns,
         start_monotonic_ns,

@@ -10,7 +10,7 @@
 //! flow as they are decoded, so reading it costs a load, not a lookup and a test. The decoder's
 //! buffers live from chunk to chunk.
 
-use super::events::{TimeLayout, id_width};
+use super::events::{FlagsTtl, Layout, TimeLayout, id_width};
 use super::flows::{FlowKey, FxMap};
 use super::{DecodeError, Section, unzigzag};
 use crate::{PacketEvent, tcp_flag};
@@ -31,6 +31,7 @@ struct Last {
     ihl: u8,
     doff: u8,
     tcp_flags: u8,
+    ttl: u8,
     /// How its segments move the sequence number ([`Advance`]).
     advance: Advance,
     /// Whether the reverse flow was seen (then `ack` is its to write).
@@ -42,18 +43,21 @@ struct Last {
 
 /// Decodes event chunks, keeping its buffers from chunk to chunk.
 pub struct EventDecoder {
-    layout: TimeLayout,
+    layout: Layout,
     keys: Vec<FlowKey>,
     index: FxMap<FlowKey, u32>,
     ids: Vec<u32>,
     /// The events' times.
     times: Vec<u64>,
     flows: Vec<Last>,
+    /// Zeros standing in for the ttl section of versions before 5, which have none: the main
+    /// pass then has one shape for every version.
+    no_ttls: Vec<u8>,
 }
 
 impl EventDecoder {
-    /// A decoder of chunks whose time differences are stored in `layout`.
-    pub fn new(layout: TimeLayout) -> Self {
+    /// A decoder of chunks in `layout`.
+    pub fn new(layout: Layout) -> Self {
         EventDecoder {
             layout,
             keys: Vec::new(),
@@ -61,6 +65,7 @@ impl EventDecoder {
             ids: Vec::new(),
             times: Vec::new(),
             flows: Vec::new(),
+            no_ttls: Vec::new(),
         }
     }
 
@@ -85,21 +90,33 @@ impl EventDecoder {
         let lengths = fixed(chunk.section("length")?, count, &[2])?;
         let offsets = fixed(chunk.section("offsets")?, count, &[1, 2])?;
         let flags = fixed(chunk.section("flags")?, count, &[1])?;
+        let ttls = match self.layout.flags_ttl {
+            FlagsTtl::Columns => Some(fixed(chunk.section("ttl")?, count, &[1])?),
+            FlagsTtl::InExtras => None,
+        };
         let mut seqs = chunk.section("seq")?;
         let mut acks = chunk.section("ack")?;
         let extras = chunk.section("extras")?;
         chunk.finish()?;
 
-        match self.layout {
+        match self.layout.time {
             TimeLayout::Varints => time_varints(times, count, &mut self.times)?,
             TimeLayout::Planes => time_planes(times.bytes, count, &mut self.times)?,
         }
         self.link_flows();
+        let ttls = match ttls {
+            Some(ttls) => ttls,
+            None => {
+                self.no_ttls.resize(count, 0);
+                &self.no_ttls[..count]
+            }
+        };
         let f = Fixed {
             cpus,
             lengths,
             offsets,
             flags,
+            ttls,
         };
         let mut rows = Rows {
             ids: &self.ids,
@@ -122,7 +139,7 @@ impl EventDecoder {
         }
         seqs.finish()?;
         acks.finish()?;
-        put_extras(extras, out)
+        put_extras(extras, self.layout.flags_ttl, out)
     }
 
     /// Reads the flow table into `keys` and `index`.
@@ -134,7 +151,7 @@ impl EventDecoder {
         self.keys.clear();
         self.index.clear();
         for i in 0..f as u32 {
-            let key = FlowKey::get(chunk)?;
+            let key = FlowKey::get(chunk, self.layout.flow_flags())?;
             if self.index.insert(key, i).is_some() {
                 return Err("a flow listed twice".into());
             }
@@ -168,6 +185,7 @@ struct Fixed<'a> {
     lengths: &'a [u8],
     offsets: &'a [u8],
     flags: &'a [u8],
+    ttls: &'a [u8],
 }
 
 /// Which varint of an event could not be read.
@@ -209,12 +227,13 @@ impl Rows<'_, '_> {
         // indexes them all with one counter and no bounds check.
         let out = &mut out[..n];
         let (ids, times, flags) = (&self.ids[..n], &self.times[..n], &f.flags[..n]);
+        let ttls = &f.ttls[..n];
         let cpus = &f.cpus.as_chunks::<CPU>().0[..n];
         let lengths = &f.lengths.as_chunks::<2>().0[..n];
         let offsets = &f.offsets.as_chunks::<OFFSETS>().0[..n];
         for i in 0..n {
             let (e, id, time, cpu, len) = (&mut out[i], ids[i], times[i], cpus[i], lengths[i]);
-            let (offsets, flags) = (offsets[i], flags[i]);
+            let (offsets, flags, ttl) = (offsets[i], flags[i], ttls[i]);
             let last = &mut flows[id as usize];
             *e = last.template;
             e.ts_ns = time;
@@ -233,6 +252,7 @@ impl Rows<'_, '_> {
                 e.doff = last.doff ^ offsets[1];
             }
             e.tcp_flags = last.tcp_flags ^ flags;
+            e.ttl = last.ttl ^ ttl;
             let dseq = seqs.try_signed().unwrap_or_else(|| {
                 bad = bad.or(Some(Varint::Seq));
                 0
@@ -250,6 +270,7 @@ impl Rows<'_, '_> {
             }
             (last.cpu, last.tot_len) = (e.cpu, e.tot_len);
             (last.ihl, last.doff, last.tcp_flags) = (e.ihl, e.doff, e.tcp_flags);
+            last.ttl = e.ttl;
             let reverse = &mut flows[last.reverse as usize];
             reverse.ack = next_seq;
             reverse.reverse_seen = true;
@@ -293,8 +314,13 @@ impl Advance {
     }
 }
 
-/// Sets the udp_data, udp_len and reserved fields of the events the extras section names.
-fn put_extras(mut extras: Section<'_>, out: &mut [PacketEvent]) -> Result<(), DecodeError> {
+/// Sets the udp_data and udp_len fields of the events the extras section names, and where the
+/// layout keeps them there (versions 3 and 4) their flags and ttl.
+fn put_extras(
+    mut extras: Section<'_>,
+    flags_ttl: FlagsTtl,
+    out: &mut [PacketEvent],
+) -> Result<(), DecodeError> {
     let mut next = 0usize;
     while !extras.is_empty() {
         let at = usize::try_from(extras.varint()?)
@@ -305,7 +331,9 @@ fn put_extras(mut extras: Section<'_>, out: &mut [PacketEvent]) -> Result<(), De
         let e = &mut out[at];
         e.udp_data = extras.array()?;
         e.udp_len = extras.u16()?;
-        e.reserved = extras.array()?;
+        if flags_ttl == FlagsTtl::InExtras {
+            [e.flags, e.ttl] = extras.array()?;
+        }
         next = at + 1;
     }
     Ok(())
@@ -461,8 +489,10 @@ mod tests {
     #[test]
     fn times_round_trip_whatever_planes_the_gaps_use() {
         use crate::format::columnar::events::EventEncoder;
-        let mut encoder = EventEncoder::new(TimeLayout::Planes);
-        let mut decoder = EventDecoder::new(TimeLayout::Planes);
+        let layout = Layout::of_version(crate::format::VERSION);
+        assert_eq!(layout.time, TimeLayout::Planes);
+        let mut encoder = EventEncoder::new(layout);
+        let mut decoder = EventDecoder::new(layout);
         for gap_bits in [0u32, 3, 9, 17, 30, 47, 62] {
             for start in [0u64, 1, 1_234_567_890_123, u64::MAX - 5] {
                 let ts: Vec<u64> = (0..300u64)

@@ -14,7 +14,8 @@ pub(super) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 /// Everything an event shares with the other events of its flow, packed into six words so that
 /// hashing and comparing it costs a few instructions (the encoder does both for every event):
 /// the source and destination addresses (two words each), then `ifindex | network_protocol <<
-/// 32 | source << 48`, then `dest | direction << 16 | kind << 24 | transport_protocol << 32`.
+/// 32 | source << 48`, then `dest | direction << 16 | kind << 24 | transport_protocol << 32 |
+/// flags << 40` (the flags from format version 5 on; [`FlowTable`] clears them for older ones).
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct FlowKey([u64; 6]);
 
@@ -40,6 +41,9 @@ impl Hash for FlowKey {
         state.write_u64(self.mix());
     }
 }
+
+/// Where a flow's `flags` sit in the key's last word.
+const FLAGS_SHIFT: u32 = 40;
 
 fn word(bytes: &[u8]) -> u64 {
     u64::from_le_bytes(bytes.try_into().expect("8 bytes"))
@@ -68,7 +72,8 @@ impl FlowKey {
             u64::from(e.dest)
                 | u64::from(e.direction) << 16
                 | u64::from(e.kind) << 24
-                | u64::from(e.transport_protocol) << 32,
+                | u64::from(e.transport_protocol) << 32
+                | u64::from(e.flags) << FLAGS_SHIFT,
         ])
     }
 
@@ -100,15 +105,21 @@ impl FlowKey {
             direction: (w[5] >> 16) as u8,
             kind: (w[5] >> 24) as u8,
             transport_protocol: (w[5] >> 32) as u8,
+            flags: (w[5] >> FLAGS_SHIFT) as u8,
             ..PacketEvent::default()
         }
     }
 
-    pub(super) fn put(&self, out: &mut Vec<u8>) {
+    /// Writes the flow's entry of the flow table; with `flags` (version 5 on) the flow's flags
+    /// after the address length.
+    pub(super) fn put(&self, out: &mut Vec<u8>, flags: bool) {
         let e = self.template();
         let short = e.saddr[4..] == [0; 12] && e.daddr[4..] == [0; 12];
         let len = if short { 4 } else { 16 };
         out.extend_from_slice(&[e.kind, e.direction, e.transport_protocol, len as u8]);
+        if flags {
+            out.push(e.flags);
+        }
         out.extend_from_slice(&e.ifindex.to_le_bytes());
         out.extend_from_slice(&e.network_protocol.to_le_bytes());
         out.extend_from_slice(&e.source.to_le_bytes());
@@ -117,8 +128,10 @@ impl FlowKey {
         out.extend_from_slice(&e.daddr[..len]);
     }
 
-    pub(super) fn get(s: &mut Section<'_>) -> Result<Self, DecodeError> {
+    /// Reads an entry [`put`](Self::put) wrote, with or without `flags`.
+    pub(super) fn get(s: &mut Section<'_>, flags: bool) -> Result<Self, DecodeError> {
         let [kind, direction, transport_protocol, len] = s.array()?;
+        let flags = if flags { s.array::<1>()?[0] } else { 0 };
         let ifindex = s.u32()?;
         let network_protocol = s.u16()?;
         let (source, dest) = (s.u16()?, s.u16()?);
@@ -134,6 +147,7 @@ impl FlowKey {
             direction,
             kind,
             transport_protocol,
+            flags,
             ..PacketEvent::default()
         };
         e.saddr[..len].copy_from_slice(s.bytes(len)?);
@@ -154,6 +168,7 @@ pub(super) struct Expect {
     pub(super) ihl: u8,
     pub(super) doff: u8,
     pub(super) tcp_flags: u8,
+    pub(super) ttl: u8,
     /// Whether an event of the flow was seen (before, the reverse flow predicts nothing).
     seen: bool,
     /// Index of the reverse flow, if the chunk has it.
@@ -211,6 +226,7 @@ impl Flows {
         x.ihl = e.ihl;
         x.doff = e.doff;
         x.tcp_flags = e.tcp_flags;
+        x.ttl = e.ttl;
         x.seen = true;
     }
 }
@@ -218,18 +234,36 @@ impl Flows {
 /// Numbers the flows of a chunk in order of first appearance. A direct-mapped cache of recent
 /// flows sits in front of the hash map: most events belong to one of a few flows, and a cache
 /// hit costs a mix of six words and one comparison.
-#[derive(Default)]
 pub(super) struct FlowTable {
     pub(super) index: FxMap<FlowKey, u32>,
     pub(super) keys: Vec<FlowKey>,
     /// Cached (key, index, chunk number); an entry of an earlier chunk is stale.
     cache: Vec<(FlowKey, u32, u64)>,
     chunk: u64,
+    /// Applied to each key's last word: clears the flags where the flow table does not hold
+    /// them (versions 3 and 4 store them per event), so that two events differing only in them
+    /// are one flow, as those versions' readers expect.
+    last_word_mask: u64,
 }
 
 const CACHE_SLOTS: usize = 256;
 
 impl FlowTable {
+    /// A table of flows that include their flags if `flags` (version 5 on).
+    pub(super) fn new(flags: bool) -> Self {
+        FlowTable {
+            index: FxMap::default(),
+            keys: Vec::new(),
+            cache: Vec::new(),
+            chunk: 0,
+            last_word_mask: if flags {
+                u64::MAX
+            } else {
+                !(0xff << FLAGS_SHIFT)
+            },
+        }
+    }
+
     /// Forgets the flows of the last chunk.
     pub(super) fn clear(&mut self) {
         self.index.clear();
@@ -243,7 +277,8 @@ impl FlowTable {
     /// The index of `e`'s flow, numbering it if it is new.
     #[inline(always)]
     pub(super) fn id(&mut self, e: &PacketEvent) -> u32 {
-        let key = FlowKey::of(e);
+        let mut key = FlowKey::of(e);
+        key.0[5] &= self.last_word_mask;
         let slot = (key.mix() >> 56) as usize % CACHE_SLOTS;
         let (cached, id, chunk) = self.cache[slot];
         if chunk == self.chunk && cached == key {

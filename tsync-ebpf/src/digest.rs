@@ -1,0 +1,377 @@
+//! The header digest of one packet: the ten words of its
+//! [`PacketEvent`](tsync_common::PacketEvent), written straight into their slot of the batch.
+//!
+//! The per-packet path is kept short (about 120 instructions for a recorded TCP/IPv4 packet):
+//! one copy of the headers into an 8-aligned buffer, so that every field is one load of its
+//! width, and every word stored once. UDP costs more, and only UDP: its payload is hashed
+//! ([`udp`]), and a datagram to a tunnel's port is looked into ([`crate::tunnel`]).
+
+use aya_ebpf::helpers::bpf_get_smp_processor_id;
+use tsync_common::{
+    ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP, UDP_HASHED_BYTES, direction, kind,
+};
+
+use crate::{
+    Packet, SKB_DATA, SKB_DATA_LEN, SKB_HEAD, SKB_LEN, SKB_NETWORK_HEADER, SKB_TAIL, Words, field,
+    global, ifindex, tunnel,
+};
+
+/// `network_header` value meaning "not set" (`(u16)~0U`).
+const HEADER_UNSET: u16 = 0xffff;
+
+/// What the hook makes of a packet it reads the time for.
+pub enum Digest {
+    /// A packet of a recorded kind: its words are written.
+    Event,
+    /// Not TCP/UDP, a later fragment, IPv6 extension headers, …
+    NotOurs,
+    /// An IP packet of ours whose headers could not be copied (counted as lost, and logged).
+    Unreadable,
+    /// A sent IP packet of ours without a network header offset (logged).
+    NoNetworkHeader,
+    /// An IP packet of ours whose network header does not hold the IP header its EtherType
+    /// announces: a wrong version or an IPv4 header length under 20 bytes (logged).
+    NotIp { first_byte: u8 },
+}
+
+/// Bytes of headers read at once from the network header: IPv4 (20) or IPv6 (40) plus TCP (20) or
+/// UDP (8) and some UDP payload, rounded up to whole words. One copy is cheaper than one per
+/// header. An IPv4 header with options needs a second copy, of the transport header.
+pub const HEADERS: usize = 64;
+/// The buffer holds a hashed datagram's payload once its headers are read ([`udp`]).
+const _: () = assert!(HEADERS == UDP_HASHED_BYTES);
+
+/// Where the transport header lies in [`Headers`]: after a 20-byte IPv4 header (also with options:
+/// it is copied there), or after IPv6's 40 bytes.
+const L4_AFTER_V4: usize = 20;
+const L4_AFTER_V6: usize = 40;
+/// Bytes of transport header copied after IPv4 options: TCP's 20, or UDP's 8 and 8 of payload.
+const L4_COPY: usize = 28;
+
+/// The copied headers, 8-aligned: the verifier accepts only aligned loads from the stack, and
+/// with the alignment known every field is one load of its width (a byte array was read byte by
+/// byte and reassembled with shifts).
+#[repr(C, align(8))]
+pub struct Headers(pub [u8; HEADERS]);
+
+impl Headers {
+    /// The `T` at byte `at`, which must be a multiple of `T`'s size (all fields read here are).
+    #[inline(always)]
+    pub fn at<T: Copy>(&self, at: usize) -> T {
+        // SAFETY: in bounds and aligned for every (constant) offset used below.
+        unsafe { self.0.as_ptr().add(at).cast::<T>().read() }
+    }
+
+    /// [`at`](Self::at), loaded even where the same bytes were loaded before.
+    #[inline(always)]
+    pub fn at_volatile<T: Copy>(&self, at: usize) -> T {
+        // SAFETY: as for `at`.
+        unsafe { self.0.as_ptr().add(at).cast::<T>().read_volatile() }
+    }
+
+    /// The buffer as the words [`tsync_common::udp_payload_hash`] takes.
+    #[inline(always)]
+    fn words(&mut self) -> &mut [u64; HEADERS / 8] {
+        // SAFETY: same size, and the buffer is 8-aligned.
+        unsafe { &mut *self.0.as_mut_ptr().cast::<[u64; HEADERS / 8]>() }
+    }
+}
+
+/// What an IP header of a recorded kind says, besides its addresses.
+#[derive(Clone, Copy)]
+pub struct Ip {
+    /// `IPPROTO_TCP` or `IPPROTO_UDP`.
+    pub transport: u8,
+    pub v6: bool,
+    /// IPv4 header length in words; 0 for IPv6.
+    pub ihl: u8,
+    /// IPv4 total length; IPv6 payload length plus its 40-byte header.
+    pub tot_len: u16,
+    /// IPv4 TTL, IPv6 hop limit.
+    pub ttl: u8,
+}
+
+impl Ip {
+    /// Where the transport header lies in [`Headers`].
+    #[inline(always)]
+    pub fn l4(self) -> usize {
+        if self.v6 { L4_AFTER_V6 } else { L4_AFTER_V4 }
+    }
+
+    /// How far the transport header lies from the network header in the packet.
+    #[inline(always)]
+    pub fn l4_offset(self) -> usize {
+        if self.v6 { 40 } else { 4 * self.ihl as usize }
+    }
+}
+
+/// Writes the digest of `packet` (the one in `skb`, read at `ts_ns`) into `w`, every word of it
+/// when the outcome is [`Digest::Event`].
+#[inline(always)]
+pub fn write(skb: usize, dir: u8, packet: Packet, ts_ns: u64, w: &mut Words) -> Digest {
+    let Packet { protocol, dev } = packet;
+    // On receive the tracepoint fires before the network header offset is reset, but `data`
+    // already points past the link-layer header; on transmit `data` points at the link-layer
+    // header and `network_header` is set.
+    let network = if dir == direction::RECV {
+        field::<usize>(skb, global(&SKB_DATA))
+    } else {
+        let nh: u16 = field(skb, global(&SKB_NETWORK_HEADER));
+        if nh == HEADER_UNSET {
+            return Digest::NoNetworkHeader;
+        }
+        field::<usize>(skb, global(&SKB_HEAD)) + nh as usize
+    };
+    let mut h = core::mem::MaybeUninit::<Headers>::uninit();
+    // SAFETY: bpf_probe_read_kernel copies through the kernel's fault-safe accessor (a bad
+    // address yields an error, never a crash) and fills the whole buffer, with zeros on failure.
+    let h = unsafe {
+        if copy(h.as_mut_ptr().cast(), network, HEADERS) != 0 {
+            return Digest::Unreadable;
+        }
+        h.assume_init_mut()
+    };
+    let ip = match ip(h, network, protocol) {
+        Ok(ip) => ip,
+        Err(outcome) => return outcome,
+    };
+    addresses(h, ip.v6, w);
+    w[0] = ts_ns;
+    // SAFETY: helper without preconditions.
+    let cpu = unsafe { bpf_get_smp_processor_id() } as u16;
+    let seen = u64::from(ifindex(dev)) | u64::from(cpu) << 32 | u64::from(dir) << 48;
+    let kind = if ip.transport == IPPROTO_TCP {
+        tcp(h, protocol, ip, 0, w)
+    } else {
+        let linear = linear_after_network(skb, dir);
+        match datagram(h, ip, network, linear, w) {
+            tunnel::UNREADABLE => return Digest::Unreadable,
+            kind => kind,
+        }
+    };
+    w[1] = seen | u64::from(kind) << 56;
+    Digest::Event
+}
+
+/// The UDP part of [`write`]: words 2 to 9 of a datagram's digest (of the packet inside, for a
+/// tunnel's), `linear` bytes of its packet from the network header at `network` on being linear
+/// data. Returns the kind, or [`tunnel::UNREADABLE`].
+///
+/// A BPF function of its own, called for UDP only: inlined, its code (the hash, the tunnel
+/// check) sat amid the TCP path's and made a TCP event dearer, ~30 ns of ~300 on a bulk TCP
+/// transfer, which evicts the program from the caches between runs.
+#[inline(never)]
+fn datagram(h: &mut Headers, ip: Ip, network: usize, linear: usize, w: &mut Words) -> u8 {
+    let protocol = if ip.v6 { ETH_P_IPV6 } else { ETH_P_IP };
+    let at = ip.l4_offset();
+    let dest = u16::from_be(h.at::<u16>(ip.l4() + 2));
+    if tunnel::is_port(dest) {
+        // A tunnel's outer packet is digested as the packet it carries. The port loaded again,
+        // as a value the verifier knows nothing about: it knows `dest` exactly after the
+        // comparisons above, and verified the tunnel's function once per port.
+        let port = u16::from_be(h.at_volatile::<u16>(ip.l4() + 2));
+        match tunnel::inner(network, at, linear, port, w) {
+            tunnel::NOT_INNER => {}
+            kind => return kind,
+        }
+    }
+    udp(h, protocol, ip, network, at, linear, 0, w).unwrap_or(tunnel::UNREADABLE)
+}
+
+/// How many bytes of the packet in `skb` lie in its linear data from the network header on.
+///
+/// Computed from integers only (the verifier types the pointers `head` and `data` as such, and
+/// a size derived from them is not one it accepts): on receive the network header is at
+/// `data`, and `len - data_len` bytes follow it there; on send it is `network_header` bytes
+/// after `head`, where the linear data ends at `tail`.
+#[inline(always)]
+fn linear_after_network(skb: usize, dir: u8) -> usize {
+    if dir == direction::RECV {
+        let len = field::<u32>(skb, global(&SKB_LEN));
+        len.saturating_sub(field::<u32>(skb, global(&SKB_DATA_LEN))) as usize
+    } else {
+        let tail = field::<u32>(skb, global(&SKB_TAIL));
+        tail.saturating_sub(u32::from(field::<u16>(skb, global(&SKB_NETWORK_HEADER)))) as usize
+    }
+}
+
+/// Checks the IP header in `h` (copied from `network`, of EtherType `protocol`) and returns what
+/// it says if it heads a first fragment of TCP or UDP; copies the transport header of an IPv4
+/// header with options to where it would be without them. Writes nothing of the event.
+#[inline(always)]
+pub fn ip(h: &mut Headers, network: usize, protocol: u16) -> Result<Ip, Digest> {
+    let first = h.at::<u8>(0);
+    if protocol == ETH_P_IP {
+        let ihl = first & 0x0f;
+        if first >> 4 != 4 || ihl < 5 {
+            return Err(Digest::NotIp { first_byte: first });
+        }
+        // Only the first fragment carries the transport header: the 13-bit fragment offset of
+        // bytes 6 and 7, read as a little-endian u16, is the mask 0xff1f.
+        if h.at::<u16>(6) & 0xff1f != 0 {
+            return Err(Digest::NotOurs);
+        }
+        let transport = h.at::<u8>(9);
+        if transport != IPPROTO_TCP && transport != IPPROTO_UDP {
+            return Err(Digest::NotOurs);
+        }
+        if ihl != 5 {
+            // Options: the transport header is further on; copy it where it would have been.
+            // SAFETY: as for the first copy; 20 + 28 bytes lie inside `h`.
+            let dst = unsafe { h.0.as_mut_ptr().add(L4_AFTER_V4) };
+            if unsafe { copy(dst, network + 4 * ihl as usize, L4_COPY) } != 0 {
+                return Err(Digest::Unreadable);
+            }
+        }
+        Ok(Ip {
+            transport,
+            v6: false,
+            ihl,
+            tot_len: u16::from_be(h.at::<u16>(2)),
+            ttl: h.at::<u8>(8),
+        })
+    } else {
+        if first >> 4 != 6 {
+            return Err(Digest::NotIp { first_byte: first });
+        }
+        // TCP and UDP directly after the fixed header only.
+        let transport = h.at::<u8>(6);
+        if transport != IPPROTO_TCP && transport != IPPROTO_UDP {
+            return Err(Digest::NotOurs);
+        }
+        let payload = u16::from_be(h.at::<u16>(4));
+        Ok(Ip {
+            transport,
+            v6: true,
+            ihl: 0,
+            tot_len: payload.saturating_add(40),
+            ttl: h.at::<u8>(7),
+        })
+    }
+}
+
+/// Writes the addresses of the IP header in `h` (words 2 to 5).
+#[inline(always)]
+pub fn addresses(h: &Headers, v6: bool, w: &mut Words) {
+    if v6 {
+        w[2] = h.at::<u64>(8);
+        w[3] = h.at::<u64>(16);
+        w[4] = h.at::<u64>(24);
+        w[5] = h.at::<u64>(32);
+    } else {
+        // Addresses keep network byte order: loaded and stored little-endian, bytes unchanged.
+        w[2] = u64::from(h.at::<u32>(12));
+        w[3] = 0;
+        w[4] = u64::from(h.at::<u32>(16));
+        w[5] = 0;
+    }
+}
+
+/// Word 6: EtherType, length and ports.
+#[inline(always)]
+fn lengths_and_ports(h: &Headers, protocol: u16, ip: Ip, w: &mut Words) {
+    let ports = h.at::<u32>(ip.l4());
+    let (source, dest) = (
+        u16::from_be(ports as u16),
+        u16::from_be((ports >> 16) as u16),
+    );
+    w[6] = u64::from(protocol)
+        | u64::from(ip.tot_len) << 16
+        | u64::from(source) << 32
+        | u64::from(dest) << 48;
+}
+
+/// Fills the TCP words of the digest (6 to 9): ports, sequence and acknowledgment numbers, data
+/// offset, flags, the event's `flags` and the TTL. Returns the kind.
+#[inline(always)]
+pub fn tcp(h: &Headers, protocol: u16, ip: Ip, flags: u8, w: &mut Words) -> u8 {
+    lengths_and_ports(h, protocol, ip, w);
+    let l4 = ip.l4();
+    let seq = u32::from_be(h.at::<u32>(l4 + 4));
+    let ack = u32::from_be(h.at::<u32>(l4 + 8));
+    let offset_flags = h.at::<u16>(l4 + 12);
+    let doff = (offset_flags & 0xff) >> 4;
+    let tcp_flags = offset_flags >> 8;
+    w[7] = u64::from(seq) | u64::from(ack) << 32;
+    w[8] = u64::from(IPPROTO_TCP)
+        | u64::from(ip.ihl) << 8
+        | u64::from(doff) << 16
+        | u64::from(tcp_flags) << 24;
+    w[9] = u64::from(flags) << 48 | u64::from(ip.ttl) << 56;
+    if ip.v6 { kind::TCP6 } else { kind::TCP4 }
+}
+
+/// Fills the UDP words of the digest (6 to 9): ports, length, the hash of the first payload
+/// bytes, the event's `flags` and the TTL. The UDP header lies `at` bytes after the network
+/// header at `network`, of which `linear` bytes are in the linear data. Returns the kind, or
+/// `None` if the payload could not be copied.
+///
+/// The hash covers the first min(64, payload) bytes that lie in the socket buffer's linear data,
+/// no further: the bytes after it are in page fragments, which a tracing
+/// program cannot read, and the buffer past the tail is not the packet's. A datagram built by
+/// `sendmsg` is linear when sent, and so it is when received over veth, bridges and VXLAN
+/// devices; a NIC driver that copies only the headers into the linear part (and GRO) can leave
+/// fewer bytes. Both ends then hash different byte counts, and the count goes into the hash:
+/// the two digests differ, so the datagram stays unmatched rather than being paired with
+/// another one, and its digest never equals that of a datagram hashed whole (which has
+/// another `udp_len`, or other bytes).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub fn udp(
+    h: &mut Headers,
+    protocol: u16,
+    ip: Ip,
+    network: usize,
+    at: usize,
+    linear: usize,
+    flags: u8,
+    w: &mut Words,
+) -> Option<u8> {
+    lengths_and_ports(h, protocol, ip, w);
+    let udp_len = u16::from_be(h.at::<u16>(ip.l4() + 4));
+    let payload = at + 8;
+    let n = (udp_len as usize)
+        .saturating_sub(8)
+        .min(linear.saturating_sub(payload))
+        .min(HEADERS);
+    // The headers are read: the buffer takes the payload, zero past it. Eight stores: zeroed as
+    // an array, or in a plain loop, it became a call to `memset`, a loop of 64 byte stores that
+    // the verifier walked once per byte (and per path: tens of thousands of instructions).
+    let words = h.words();
+    let mut i = 0;
+    while i < words.len() {
+        // SAFETY: in bounds.
+        unsafe { core::ptr::write_volatile(&mut words[i], 0) };
+        i += 1;
+    }
+    // SAFETY: `n` is at most the buffer's size; the source is the packet's linear data.
+    if n != 0 && unsafe { copy(h.0.as_mut_ptr(), network + payload, n) } != 0 {
+        return None;
+    }
+    let hash = tsync_common::udp_payload_hash(h.words(), n as u32);
+    w[7] = 0;
+    w[8] = u64::from(IPPROTO_UDP) | u64::from(ip.ihl) << 8 | (hash & 0xffff_ffff) << 32;
+    w[9] = hash >> 32 | u64::from(udp_len) << 32 | u64::from(flags) << 48 | u64::from(ip.ttl) << 56;
+    Some(if ip.v6 {
+        kind::UDP6_HASHED
+    } else {
+        kind::UDP4_HASHED
+    })
+}
+
+/// Copies `len` bytes of kernel memory at `src` that is not BTF-typed (the packet headers) to
+/// `dst`; 0 on success.
+///
+/// # Safety
+/// `dst` must be valid for `len` bytes of writes.
+#[inline(always)]
+pub unsafe fn copy(dst: *mut u8, src: usize, len: usize) -> i64 {
+    // SAFETY: per the contract; the helper's reads of `src` are fault-safe.
+    unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+            dst.cast(),
+            len as u32,
+            src as *const core::ffi::c_void,
+        )
+    }
+}
