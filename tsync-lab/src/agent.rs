@@ -105,18 +105,34 @@ impl Agent {
         Self::spawn(cmd, Some(log))
     }
 
-    fn spawn(mut cmd: Command, log: Option<&Path>) -> Result<Agent> {
+    /// [`Agent::start_logged`], the process started by `spawn` (the cluster lab starts it on a
+    /// node's machine: `cluster::machine`).
+    pub fn start_logged_by(
+        cmd: Command,
+        log: &Path,
+        spawn: impl FnOnce(&mut Command) -> Result<Child>,
+    ) -> Result<Agent> {
+        Self::spawn_by(cmd, Some(log), spawn)
+    }
+
+    fn spawn(cmd: Command, log: Option<&Path>) -> Result<Agent> {
+        Self::spawn_by(cmd, log, |cmd| Ok(cmd.spawn()?))
+    }
+
+    fn spawn_by(
+        mut cmd: Command,
+        log: Option<&Path>,
+        spawn: impl FnOnce(&mut Command) -> Result<Child>,
+    ) -> Result<Agent> {
         let mut log = log
             .map(|path| {
                 fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))
             })
             .transpose()?;
-        let mut child = cmd
-            .stdin(Stdio::null())
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("cannot start {cmd:?}"))?;
+            .stderr(Stdio::piped());
+        let mut child = spawn(&mut cmd).with_context(|| format!("cannot start {cmd:?}"))?;
         let err = child.stderr.take().context("no agent stderr")?;
         let (tx, rx) = mpsc::channel();
         thread::spawn(move || {

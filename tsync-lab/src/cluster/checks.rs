@@ -2,7 +2,8 @@
 //! --json` as a user runs it (its document, warnings and exit status kept), the same
 //! synchronization through the analyzer's library for the truth checks the demo makes
 //! ([`crate::known_skew`]: the error at the middle, the interval there, the truth at 11 times over
-//! each pair's span), and the share of the packets between nodes that were matched, per kind.
+//! each pair's span), the share of the packets between nodes that were matched, per kind, and the
+//! messages whose true receive precedes their true send ([`TrueOrder`]: wrong matches).
 //!
 //! The share's denominator comes from the traces themselves: every packet from one node to
 //! another is sent exactly once on the sender's [`Topology::egress_device`] (`eth0`, or the tunnel
@@ -122,6 +123,12 @@ pub struct Figures {
     /// (a, b, quality) of every pair.
     pub pairs: Vec<(String, String, String)>,
     pub inversions: u64,
+    /// Messages received before they were sent in true time ([`TrueOrder`]): a wrong match,
+    /// whatever the estimate.
+    pub non_causal: u64,
+    /// Messages sent and received on one node (within one trace: the `nat` hairpin, with
+    /// node+pods agents), counted in [`Figures::non_causal`] like the others.
+    pub within_node: u64,
 }
 
 impl Figures {
@@ -185,6 +192,14 @@ pub fn analyze(
 ) -> Result<Figures> {
     let (analyzer_status, document) = run_sync(analyzer, files, out)?;
     let inputs = InputSet::open(files)?;
+    for (k, trace) in inputs.traces.iter().enumerate() {
+        if trace.name != format!("node-{k}") {
+            bail!(
+                "trace {k} is named {:?}, not node-{k}: its known skew is unknown",
+                trace.name
+            );
+        }
+    }
     let sync = synchronize(&inputs)?;
     let nodes = (1..skews.len())
         .map(|k| {
@@ -211,8 +226,13 @@ pub fn analyze(
         .collect();
     let mut sink = Counter {
         inversions: InversionCounter::new(&sync),
+        truth: TrueOrder {
+            skews,
+            non_causal: 0,
+        },
         matched: [0; 6],
         outer: 0,
+        within_node: 0,
     };
     inputs.for_each_message(&MatchOptions::default(), &mut sink, &mut |_| {})?;
     let mut shares = [Share::default(); 6];
@@ -244,6 +264,8 @@ pub fn analyze(
         sample_gap_ns,
         pairs,
         inversions: sink.inversions.inversions,
+        non_causal: sink.truth.non_causal,
+        within_node: sink.within_node,
     })
 }
 
@@ -270,16 +292,45 @@ fn run_sync(analyzer: &Path, files: &[PathBuf], out: &Path) -> Result<(i32, serd
     Ok((status, document))
 }
 
-/// Counts the messages by column, and the inversions, in one pass.
+/// The true time of a time `recorded_ns` written through `skew`: the inverse of
+/// [`ClockSkew::apply`] (every namespace of the lab reads one CLOCK_MONOTONIC, so true times of
+/// all nodes compare).
+pub fn true_ns(skew: ClockSkew, recorded_ns: i64) -> f64 {
+    (recorded_ns as f64 - skew.offset_ns as f64) / (1.0 + skew.drift_ppm * 1e-6)
+}
+
+/// Counts the messages whose true receive time precedes their true send time: with the skews
+/// known, this needs no estimate, so any such message is a send and a receive the matching
+/// paired wrongly (not the same packet, or its passages through a node taken in the wrong
+/// order). 1 ns of slack for the rounding of [`ClockSkew::apply`] and of its inverse.
+pub struct TrueOrder<'a> {
+    /// Of each trace, by its index among the inputs (trace k is node k).
+    pub skews: &'a [ClockSkew],
+    pub non_causal: u64,
+}
+
+impl TrueOrder<'_> {
+    pub fn count(&mut self, m: &tsync_analyze::Message) {
+        let at = |trace: u32, ns: i64| true_ns(self.skews[trace as usize], ns);
+        let (send, recv) = (at(m.send_trace, m.send_ns), at(m.recv_trace, m.recv_ns));
+        self.non_causal += u64::from(recv + 1.0 < send);
+    }
+}
+
+/// Counts the messages by column, the inversions and the non-causal ones, in one pass.
 struct Counter<'a> {
     inversions: InversionCounter<'a>,
+    truth: TrueOrder<'a>,
     matched: [u64; 6],
     outer: u64,
+    within_node: u64,
 }
 
 impl MessageSink for Counter<'_> {
     fn message(&mut self, m: &MatchedMessage<'_>) {
         self.inversions.count(m);
+        self.truth.count(&m.message);
+        self.within_node += u64::from(m.message.send_trace == m.message.recv_trace);
         let Some(e) = m.send_event else { return };
         match columns(e) {
             Some((kind, mode)) => {
@@ -378,6 +429,34 @@ mod tests {
         // Encapsulated: the digest (kind, ports) is the inner packet's.
         let inner = udp(kind::UDP6_HASHED, 40000, 7003, flag::ENCAPSULATED);
         assert_eq!(columns(&inner), Some((3, Some(QUIC))));
+    }
+
+    #[test]
+    fn true_time_inverts_the_skew_and_a_match_against_time_is_counted() {
+        let skew = ClockSkew {
+            offset_ns: -20_000_000,
+            drift_ppm: 57.25,
+        };
+        for t in [20_000_000u64, 1_000_000_000, 123_456_789_012_345] {
+            let back = true_ns(skew, skew.apply(t) as i64);
+            assert!((back - t as f64).abs() <= 1.0, "{t}: {back}");
+        }
+        let skews = [ClockSkew::default(), skew];
+        let mut order = TrueOrder {
+            skews: &skews,
+            non_causal: 0,
+        };
+        let t = 5_000_000_000u64;
+        // Sent by node 0 at t, received by node 1 100 ns later, then 100 ns earlier.
+        for (recv, non_causal) in [(t + 100, 0), (t - 100, 1)] {
+            order.count(&tsync_analyze::Message {
+                send_trace: 0,
+                recv_trace: 1,
+                send_ns: t as i64,
+                recv_ns: skew.apply(recv) as i64,
+            });
+            assert_eq!(order.non_causal, non_causal);
+        }
     }
 
     #[test]

@@ -14,13 +14,15 @@
 //! `/sys` its network namespace's (as `ip netns exec` mounts it), and its `/run/netns` an empty
 //! tmpfs hiding the lab's named namespaces. Every process "on" the node — its agent, one pause
 //! process per pod (as Kubernetes keeps a pod's network namespace alive), the pods' applications —
-//! is started inside those namespaces ([`Machine::run_on`]). The mounts are private to the node
+//! is started inside those namespaces ([`Machine::spawn`]). The mounts are private to the node
 //! (made so before anything is mounted), so nothing reaches the lab machine's own mounts.
 //!
 //! Killing the init kills every process left in its PID namespace; [`Machine`]'s drop does that
 //! and reaps it, after the pause processes.
+use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::AsRawFd as _;
+use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, Stdio};
@@ -148,62 +150,70 @@ impl Machine {
         })
     }
 
-    /// Runs `f` on a thread inside the node's PID and mount namespaces and the network namespace
-    /// `netns` (the node's or one of its pods'): every process `f` spawns runs on the node, its
-    /// PID here being the lab's view of it. The thread keeps the lab's working directory.
-    pub fn run_on<T: Send>(&self, netns: &Netns, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    /// Spawns `cmd` on the node, inside the network namespace `netns` (the node's or one of its
+    /// pods'); the child's PID is the lab's view of it.
+    ///
+    /// A process enters a PID namespace only at its birth, as the child of a thread whose
+    /// children's PID namespace it is: a thread of its own sets that, forks, and ends (no thread
+    /// can be created while the two differ, so it creates none). The child enters the node's
+    /// mount namespace and `netns` itself, before it executes the program (a single-threaded
+    /// process may), and then returns to the lab's working directory.
+    pub fn spawn(&self, netns: &Netns, cmd: &mut Command) -> Result<Child> {
         let pid = self.init.id();
         let open = |path: String| File::open(&path).with_context(|| format!("cannot open {path}"));
-        // Opened from the lab's mounts, before the thread enters the node's.
+        // Opened from the lab's mounts, before anyone enters the node's.
         let (mnt, pidns, net) = (
             open(format!("/proc/{pid}/ns/mnt"))?,
             open(format!("/proc/{pid}/ns/pid"))?,
             open(netns_path(netns))?,
         );
         let cwd = std::env::current_dir()?;
-        std::thread::scope(|scope| {
-            scope
-                .spawn(move || -> Result<T> {
-                    // SAFETY: the calls change this thread's namespaces only (its filesystem
-                    // context unshared first); it ends with `f`.
-                    unsafe {
-                        check(libc::unshare(libc::CLONE_FS), "unshare (filesystem context)")?;
-                        check(
-                            libc::setns(mnt.as_raw_fd(), libc::CLONE_NEWNS),
-                            "entering the node's mount namespace",
-                        )?;
-                        check(
-                            libc::setns(pidns.as_raw_fd(), libc::CLONE_NEWPID),
-                            "entering the node's PID namespace",
-                        )?;
-                        check(
-                            libc::setns(net.as_raw_fd(), libc::CLONE_NEWNET),
-                            "entering the network namespace",
-                        )?;
+        let cwd = CString::new(cwd.as_os_str().as_bytes())?;
+        let (mnt_fd, net_fd) = (mnt.as_raw_fd(), net.as_raw_fd());
+        // SAFETY: between fork and exec the closure makes system calls only (async-signal-safe),
+        // on descriptors the parent keeps open until the child is spawned.
+        unsafe {
+            cmd.pre_exec(move || {
+                for (rc, _) in [
+                    (libc::setns(mnt_fd, libc::CLONE_NEWNS), "mount"),
+                    (libc::setns(net_fd, libc::CLONE_NEWNET), "network"),
+                    (libc::chdir(cwd.as_ptr()), "cwd"),
+                ] {
+                    if rc == -1 {
+                        return Err(std::io::Error::last_os_error());
                     }
-                    // Only this thread's working directory: its filesystem context is its own.
-                    std::env::set_current_dir(&cwd)
-                        .with_context(|| format!("cannot enter {} on the node", cwd.display()))?;
-                    f()
+                }
+                Ok(())
+            });
+        }
+        let child = std::thread::scope(|scope| {
+            scope
+                .spawn(|| -> Result<Child> {
+                    // SAFETY: changes the PID namespace of this thread's children only.
+                    check(
+                        unsafe { libc::setns(pidns.as_raw_fd(), libc::CLONE_NEWPID) },
+                        "entering the node's PID namespace",
+                    )?;
+                    Ok(cmd.spawn()?)
                 })
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        })
-        .with_context(|| format!("on the machine of {}", netns.name()))
+        });
+        drop((mnt, net));
+        child.with_context(|| format!("cannot start a process in {} on its node", netns.name()))
     }
 
     /// Starts pod `pod`'s pause process on the node: the process that holds the pod's network
     /// namespace, as Kubernetes' pause container does, by which the node's agent sees the pod.
     pub fn start_pod(&mut self, pod: &Netns) -> Result<()> {
-        let pause = self.run_on(pod, || {
+        let pause = self.spawn(
+            pod,
             Command::new("sleep")
                 .arg("infinity")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("cannot start the pod's pause process (sleep)")
-        })?;
+                .stderr(Stdio::null()),
+        )?;
         self.pauses.push(pause);
         Ok(())
     }

@@ -2,18 +2,21 @@
 //! pods behind nodes that bridge, route, tunnel and NAT their traffic, one agent per node.
 //!
 //! Each run builds a cluster of network namespaces for one [`Topology`] ([`network`]): N nodes on
-//! one wire (a bridge in a switch namespace), each with pods behind it; starts one `tsync-agent`
-//! per node inside the node's namespace, with a known `--clock-skew` ([`record`]); runs TCP and
-//! UDP applications in the pods, talking to pods on the other nodes over IPv4 and IPv6
-//! ([`traffic`]); stops the agents, tears the cluster down, synchronizes the traces with
-//! `tsync-analyze sync --json` and checks the result against the truth ([`checks`]): per kind of
-//! packet the share of those between nodes that matched, the truth inside every interval, the
-//! error at the middle, the intervals' widths. One table row per run, and every figure against
-//! the expectations kept in [`expectations`] ([`report`]): the lab fails naming each one missed.
+//! one wire (a bridge in a switch namespace), each with pods behind it and a machine of its own
+//! (PID and mount namespaces: [`machine`]); starts one `tsync-agent` per node on its machine in
+//! the node's namespace, with a known `--clock-skew` ([`record`]); runs TCP and UDP applications
+//! in the pods, talking to pods on the other nodes over IPv4 and IPv6 ([`traffic`]); stops the
+//! agents, tears the cluster down, synchronizes the traces with `tsync-analyze sync --json` and
+//! checks the result against the truth ([`checks`]): per kind of packet the share of those
+//! between nodes that matched, the truth inside every interval, the error at the middle, the
+//! intervals' widths, the messages non-causal in true time. One table row per run, and every
+//! figure against the expectations kept in [`expectations`] ([`report`]): the lab fails naming
+//! each one missed.
 //!
 //! [`Cluster::run`] is the list of steps.
 pub mod checks;
 pub mod expectations;
+pub mod machine;
 pub mod nat;
 pub mod network;
 pub mod record;

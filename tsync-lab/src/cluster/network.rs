@@ -8,12 +8,16 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, Result, bail};
 
+use super::machine::Machine;
 use super::nat;
 use super::topology::{Plan, Topology};
 use crate::Netns;
 
-/// The built cluster. Fields drop in order: pods, nodes, switch.
+/// The built cluster. Fields drop in order: the nodes' machines (every process on them killed),
+/// pods, nodes, switch.
 pub struct ClusterNet {
+    /// `machines[k]`: node k's PID and mount namespaces ([`Machine`]).
+    machines: Vec<Machine>,
     /// `pods[k][p]`: pod p of node k.
     pods: Vec<Vec<Netns>>,
     nodes: Vec<Netns>,
@@ -97,6 +101,7 @@ impl ClusterNet {
             &["link add br0 type bridge".into(), "link set br0 up".into()],
         )?;
         let mut net = ClusterNet {
+            machines: Vec::new(),
             pods: Vec::new(),
             nodes: Vec::new(),
             _switch: switch,
@@ -124,6 +129,11 @@ impl ClusterNet {
                 .collect::<Result<Vec<_>>>()?;
             let egress = wire_node(plan, k, &node, &pods, eth0, &mut index)
                 .with_context(|| format!("cannot wire node {k} ({})", plan.topology.name()))?;
+            let mut machine = Machine::boot(&node)?;
+            for pod in &pods {
+                machine.start_pod(pod)?;
+            }
+            net.machines.push(machine);
             net.nodes.push(node);
             net.pods.push(pods);
             net.egress.push(egress);
@@ -138,6 +148,11 @@ impl ClusterNet {
     /// Node k's pods.
     pub fn pods(&self, k: usize) -> &[Netns] {
         &self.pods[k]
+    }
+
+    /// Node k's machine: where its agent and its pods' applications run.
+    pub fn machine(&self, k: usize) -> &Machine {
+        &self.machines[k]
     }
 
     /// Interface index of node k's egress device.

@@ -1,5 +1,6 @@
-//! The agents, as users run them on a cluster: one `tsync-agent record` per node, started inside
-//! the node's namespace (a Kubernetes DaemonSet with `hostNetwork`), each with its known
+//! The agents, as users run them on a cluster: one `tsync-agent record` per node, started on the
+//! node's machine ([`super::machine`]: its PID and mount namespaces) inside the node's network
+//! namespace (a Kubernetes DaemonSet with `hostNetwork` and `hostPID`), each with its known
 //! `--clock-skew`; either recording that namespace only (the agent's default), or the node and
 //! its pods (`--netns` for each). Started together, stopped with SIGINT as a user stops them;
 //! their programs must be gone afterwards.
@@ -10,6 +11,7 @@ use std::process::Command;
 use anyhow::{Context as _, Result, bail};
 use tsync_common::format::ClockSkew;
 
+use super::machine;
 use super::network::ClusterNet;
 use crate::{Agent, record_command, wait_unloaded};
 
@@ -82,9 +84,9 @@ pub fn start(
             .enumerate()
             .map(|(k, node)| {
                 let (file, skew) = (&files[k], skews[k]);
-                scope.spawn(move || {
+                scope.spawn(move || -> Result<Agent> {
                     let log = out.join(format!("agent-{k}.log"));
-                    let mut cmd = record_command(agent, Some(node), file);
+                    let mut cmd = record_command(agent, None, file);
                     cmd.arg("--force")
                         .args(["--node", &format!("node-{k}")])
                         .arg(format!(
@@ -92,12 +94,15 @@ pub fn start(
                             skew.offset_ns, skew.drift_ppm
                         ));
                     if mode == AgentMode::NodePods {
-                        cmd.arg(format!("--netns=/run/netns/{}", node.name()));
+                        // By inode: the node's /run/netns does not show the lab's names, and
+                        // the agent finds each namespace by the processes in it.
+                        cmd.arg(format!("--netns={}", machine::inode(node)?));
                         for pod in net.pods(k) {
-                            cmd.arg(format!("--netns=/run/netns/{}", pod.name()));
+                            cmd.arg(format!("--netns={}", machine::inode(pod)?));
                         }
                     }
-                    Agent::start_logged(cmd, &log).with_context(|| {
+                    let on_node = |cmd: &mut Command| net.machine(k).spawn(node, cmd);
+                    Agent::start_logged_by(cmd, &log, on_node).with_context(|| {
                         format!("the agent of node {k} did not start; see {}", log.display())
                     })
                 })

@@ -22,7 +22,8 @@ pub enum Topology {
     VxlanL2,
     /// `routed` with NAT: service addresses DNAT'ed to a pod on another node plus masquerade (as
     /// kube-proxy does with nftables), and a published host port (Docker-style DNAT of the node's
-    /// address and port to a pod), each used by client pods on the other nodes.
+    /// address and port to a pod), each used by client pods on the other nodes; and each node's
+    /// service used by its own other pods (hairpin: [`Plan::hairpin_targets`]).
     Nat,
 }
 
@@ -254,6 +255,27 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// Whom pod p of node k reaches through its own node's NAT (`nat`): its node's service
+    /// address, over both families, when the service's backend (pod 0) is another pod of the
+    /// node. This is kube-proxy's hairpin: the node DNATs the packet to a pod behind itself and
+    /// masquerades it, so the answer comes back through the node too and is un-NATed there. The
+    /// packets never reach the wire; they are there to show that traffic a node translates
+    /// twice never makes a non-causal message.
+    pub fn hairpin_targets(&self, k: usize, p: usize) -> Vec<Target> {
+        if self.topology != Topology::Nat || p == 0 {
+            return Vec::new();
+        }
+        [IpAddr::from(self.service_v4(k)), self.service_v6(k).into()]
+            .into_iter()
+            .map(|addr| Target {
+                addr,
+                port_offset: 0,
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
@@ -340,6 +362,26 @@ mod tests {
                 .iter()
                 .any(|t| t.addr == IpAddr::from(plan.service_v4(0)))
         );
+    }
+
+    #[test]
+    fn only_nat_pods_other_than_the_backend_reach_their_own_nodes_service() {
+        let plan = Plan::new(Topology::Nat, 3, 2).unwrap();
+        assert!(plan.hairpin_targets(1, 0).is_empty());
+        let hairpin = plan.hairpin_targets(1, 1);
+        assert_eq!(hairpin.len(), 2);
+        assert!(
+            hairpin
+                .iter()
+                .any(|t| t.addr == IpAddr::from(plan.service_v4(1)))
+        );
+        assert!(
+            hairpin
+                .iter()
+                .any(|t| t.addr == IpAddr::from(plan.service_v6(1)))
+        );
+        let routed = Plan::new(Topology::Routed, 3, 2).unwrap();
+        assert!(routed.hairpin_targets(1, 1).is_empty());
     }
 
     #[test]

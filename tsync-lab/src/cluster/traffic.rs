@@ -1,10 +1,11 @@
 //! The cluster's applications: in every pod, `tsync-lab traffic` (TCP request/response and bulk)
 //! and `tsync-lab datagrams` (UDP request/response from connected and unconnected sockets, and
 //! QUIC-like UDP), serving on the [`port`]s and talking to the pods' [`Plan::targets`] on the
-//! other nodes, over IPv4 and IPv6. All start together and run for the same duration; a generator
-//! that fails (a peer it never reached) fails the run with its log.
+//! other nodes (and, with `nat`, to their own node's service: [`Plan::hairpin_targets`]), over
+//! IPv4 and IPv6, each process started on its node's machine ([`super::machine`]). All start
+//! together and run for the same duration; a generator that fails (a peer it never reached) fails the run with its log.
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, Result, bail};
 
@@ -49,15 +50,16 @@ struct Generator {
 pub fn run(net: &ClusterNet, plan: &Plan, lab: &Path, load: &Load, out: &Path) -> Result<()> {
     let mut generators = Vec::new();
     for k in 0..plan.nodes {
-        let targets = plan.targets(k);
-        let list = |service: u16| {
-            targets
-                .iter()
-                .map(|t| t.at(service).to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        };
         for (p, pod) in net.pods(k).iter().enumerate() {
+            let mut targets = plan.targets(k);
+            targets.extend(plan.hairpin_targets(k, p));
+            let list = |service: u16| {
+                targets
+                    .iter()
+                    .map(|t| t.at(service).to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
             let tcp = vec![
                 "traffic".to_owned(),
                 format!("--listen=[::]:{}", port::TCP),
@@ -87,13 +89,14 @@ pub fn run(net: &ClusterNet, plan: &Plan, lab: &Path, load: &Load, out: &Path) -
                 let log = out.join(format!("{}-n{k}p{p}.log", args[0]));
                 let file = std::fs::File::create(&log)
                     .with_context(|| format!("cannot create {}", log.display()))?;
-                let child = pod
-                    .command(lab)
-                    .args(&args)
+                let mut cmd = Command::new(lab);
+                cmd.args(&args)
                     .stdin(Stdio::null())
                     .stdout(file.try_clone()?)
-                    .stderr(file)
-                    .spawn()
+                    .stderr(file);
+                let child = net
+                    .machine(k)
+                    .spawn(pod, &mut cmd)
                     .with_context(|| format!("cannot start the {what}"))?;
                 generators.push(Generator {
                     child: Guarded(child),
