@@ -7,9 +7,7 @@
 //! ([`udp`]), and a datagram to a tunnel's port is looked into ([`crate::tunnel`]).
 
 use aya_ebpf::helpers::bpf_get_smp_processor_id;
-use tsync_common::{
-    ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP, UDP_HASHED_BYTES, direction, kind,
-};
+use tsync_common::{ETH_P_IP, IPPROTO_TCP, IPPROTO_UDP, UDP_HASHED_BYTES, direction, kind};
 
 use crate::{
     Packet, SKB_DATA, SKB_DATA_LEN, SKB_HEAD, SKB_LEN, SKB_NETWORK_HEADER, SKB_TAIL, Words, field,
@@ -140,42 +138,40 @@ pub fn write(skb: usize, dir: u8, packet: Packet, ts_ns: u64, w: &mut Words) -> 
     // SAFETY: helper without preconditions.
     let cpu = unsafe { bpf_get_smp_processor_id() } as u16;
     let seen = u64::from(ifindex(dev)) | u64::from(cpu) << 32 | u64::from(dir) << 48;
-    let kind = if ip.transport == IPPROTO_TCP {
-        tcp(h, protocol, ip, 0, w)
-    } else {
-        let linear = linear_after_network(skb, dir);
-        match datagram(h, ip, network, linear, w) {
-            tunnel::UNREADABLE => return Digest::Unreadable,
-            kind => kind,
+    if ip.transport == IPPROTO_TCP {
+        let kind = if ip.v6 { kind::TCP6 } else { kind::TCP4 };
+        w[1] = seen | u64::from(kind) << 56;
+        tcp(h, protocol, ip, 0, w);
+        return Digest::Event;
+    }
+    // UDP, in a path of its own that shares nothing with TCP's after this point, and placed
+    // after it: with the hash and the tunnel check amid the TCP path's code, and values kept
+    // across their calls, a TCP event cost ~25 ns more of ~250 (`tsync-lab` side by side, the
+    // agent before format 5 against this one). Not a BPF function of its own either: LLVM kept
+    // values in argument registers across such a call, which the verifier refuses (they are
+    // scratch after a call).
+    core::hint::cold_path();
+    let at = ip.l4_offset();
+    let linear = linear_after_network(skb, dir);
+    let dest = u16::from_be(h.at::<u16>(ip.l4() + 2));
+    let kind = 'kind: {
+        if tunnel::is_port(dest) {
+            // A tunnel's outer packet is digested as the packet it carries. The port loaded
+            // again, as a value the verifier knows nothing about: it knows `dest` exactly after
+            // the comparisons above, and verified the tunnel's function once per port.
+            let port = u16::from_be(h.at_volatile::<u16>(ip.l4() + 2));
+            match tunnel::inner(network, at, linear, port, w) {
+                tunnel::NOT_INNER => {}
+                kind => break 'kind kind,
+            }
         }
+        udp(h, protocol, ip, network, at, linear, 0, w).unwrap_or(tunnel::UNREADABLE)
     };
+    if kind == tunnel::UNREADABLE {
+        return Digest::Unreadable;
+    }
     w[1] = seen | u64::from(kind) << 56;
     Digest::Event
-}
-
-/// The UDP part of [`write`]: words 2 to 9 of a datagram's digest (of the packet inside, for a
-/// tunnel's), `linear` bytes of its packet from the network header at `network` on being linear
-/// data. Returns the kind, or [`tunnel::UNREADABLE`].
-///
-/// A BPF function of its own, called for UDP only: inlined, its code (the hash, the tunnel
-/// check) sat amid the TCP path's and made a TCP event dearer, ~30 ns of ~300 on a bulk TCP
-/// transfer, which evicts the program from the caches between runs.
-#[inline(never)]
-fn datagram(h: &mut Headers, ip: Ip, network: usize, linear: usize, w: &mut Words) -> u8 {
-    let protocol = if ip.v6 { ETH_P_IPV6 } else { ETH_P_IP };
-    let at = ip.l4_offset();
-    let dest = u16::from_be(h.at::<u16>(ip.l4() + 2));
-    if tunnel::is_port(dest) {
-        // A tunnel's outer packet is digested as the packet it carries. The port loaded again,
-        // as a value the verifier knows nothing about: it knows `dest` exactly after the
-        // comparisons above, and verified the tunnel's function once per port.
-        let port = u16::from_be(h.at_volatile::<u16>(ip.l4() + 2));
-        match tunnel::inner(network, at, linear, port, w) {
-            tunnel::NOT_INNER => {}
-            kind => return kind,
-        }
-    }
-    udp(h, protocol, ip, network, at, linear, 0, w).unwrap_or(tunnel::UNREADABLE)
 }
 
 /// How many bytes of the packet in `skb` lie in its linear data from the network header on.
@@ -282,9 +278,9 @@ fn lengths_and_ports(h: &Headers, protocol: u16, ip: Ip, w: &mut Words) {
 }
 
 /// Fills the TCP words of the digest (6 to 9): ports, sequence and acknowledgment numbers, data
-/// offset, flags, the event's `flags` and the TTL. Returns the kind.
+/// offset, flags, the event's `flags` and the TTL.
 #[inline(always)]
-pub fn tcp(h: &Headers, protocol: u16, ip: Ip, flags: u8, w: &mut Words) -> u8 {
+pub fn tcp(h: &Headers, protocol: u16, ip: Ip, flags: u8, w: &mut Words) {
     lengths_and_ports(h, protocol, ip, w);
     let l4 = ip.l4();
     let seq = u32::from_be(h.at::<u32>(l4 + 4));
@@ -298,7 +294,6 @@ pub fn tcp(h: &Headers, protocol: u16, ip: Ip, flags: u8, w: &mut Words) -> u8 {
         | u64::from(doff) << 16
         | u64::from(tcp_flags) << 24;
     w[9] = u64::from(flags) << 48 | u64::from(ip.ttl) << 56;
-    if ip.v6 { kind::TCP6 } else { kind::TCP4 }
 }
 
 /// Fills the UDP words of the digest (6 to 9): ports, length, the hash of the first payload
@@ -344,8 +339,8 @@ pub fn udp(
         unsafe { core::ptr::write_volatile(&mut words[i], 0) };
         i += 1;
     }
-    // SAFETY: `n` is at most the buffer's size; the source is the packet's linear data.
-    if n != 0 && unsafe { copy(h.0.as_mut_ptr(), network + payload, n) } != 0 {
+    // SAFETY: at most the buffer's size; the source is the packet's linear data.
+    if n != 0 && unsafe { copy_at_most_buffer(h, network + payload, n) } != 0 {
         return None;
     }
     let hash = tsync_common::udp_payload_hash(h.words(), n as u32);
@@ -357,6 +352,32 @@ pub fn udp(
     } else {
         kind::UDP4_HASHED
     })
+}
+
+/// Copies `n` (at most [`HEADERS`]) bytes of kernel memory at `src` into `h`; 0 on success.
+///
+/// The size a helper takes must be bounded on the very register that holds it. LLVM kept `n`
+/// on the stack and loaded it into that register right before the call, and Linux 6.1's
+/// verifier does not carry a bound learned on a register over to its stack copy ("R2 min value
+/// is negative", found by `cargo xtask lab`; 6.12 and later do). So `n` goes through the stack
+/// on purpose, is read back right before the call, and is bounded there: a compare (the copy
+/// of a whole buffer) and a mask, on the register the call takes.
+///
+/// # Safety
+/// `src` is read with the fault-safe helper; the buffer is `h`'s.
+#[inline(always)]
+unsafe fn copy_at_most_buffer(h: &mut Headers, src: usize, n: usize) -> i64 {
+    let mut spilled = core::mem::MaybeUninit::<usize>::uninit();
+    // SAFETY: a slot of this frame, written before it is read; the copies stay inside `h`.
+    unsafe {
+        spilled.as_mut_ptr().write_volatile(n);
+        let n = spilled.as_ptr().read_volatile();
+        if n >= HEADERS {
+            copy(h.0.as_mut_ptr(), src, HEADERS)
+        } else {
+            copy(h.0.as_mut_ptr(), src, n % HEADERS)
+        }
+    }
 }
 
 /// Copies `len` bytes of kernel memory at `src` that is not BTF-typed (the packet headers) to

@@ -167,26 +167,25 @@ fn record(ctx: &BtfTracePointContext, dir: u8) {
     // take the same time for every packet, in both directions.
     // SAFETY: helper without preconditions.
     let ts_ns = unsafe { bpf_ktime_get_ns() };
-    let outcome = match batch::Slot::claim() {
-        Some(mut slot) => {
-            let outcome = digest::write(skb, dir, packet, ts_ns, slot.words());
-            if matches!(outcome, Digest::Event) {
-                slot.commit(dir, ts_ns);
-            } else {
-                slot.abandon();
-            }
-            outcome
-        }
-        None => {
-            let mut w = core::mem::MaybeUninit::uninit();
-            let w = zeroed(&mut w);
-            let outcome = digest::write(skb, dir, packet, ts_ns, w);
-            if matches!(outcome, Digest::Event) {
-                batch::direct(w, dir);
-            }
-            outcome
-        }
+    // One digest for both ways out (a slot of the batch, or a record of its own): written
+    // twice, it was verified twice, the tunnel's function with it.
+    let mut slot = batch::Slot::claim();
+    let mut own = core::mem::MaybeUninit::uninit();
+    let w: *mut Words = match &mut slot {
+        Some(slot) => slot.words(),
+        None => zeroed(&mut own),
     };
+    // SAFETY: the slot's words or `own`, both live until the end of this function, and
+    // nothing else refers to them meanwhile.
+    let outcome = digest::write(skb, dir, packet, ts_ns, unsafe { &mut *w });
+    let event = matches!(outcome, Digest::Event);
+    match slot {
+        Some(slot) if event => slot.commit(dir, ts_ns),
+        Some(slot) => slot.abandon(),
+        // SAFETY: as above.
+        None if event => batch::direct(unsafe { &*w }, dir),
+        None => {}
+    }
     match outcome {
         Digest::Event | Digest::NotOurs => {}
         Digest::Unreadable => {

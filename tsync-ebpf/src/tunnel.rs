@@ -13,7 +13,7 @@
 //! datagram whose payload is not a tunnel header followed by an IPv4 or IPv6 header and a TCP
 //! or UDP header, all inside the linear data, keeps its own (UDP) digest.
 
-use tsync_common::{ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, flag};
+use tsync_common::{ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, flag, kind};
 
 use crate::{
     Words,
@@ -140,7 +140,8 @@ pub fn inner(network: usize, udp: usize, linear: usize, port: u16, w: &mut Words
     }
     digest::addresses(h, ip.v6, w);
     if tcp {
-        digest::tcp(h, protocol, ip, flag::ENCAPSULATED, w)
+        digest::tcp(h, protocol, ip, flag::ENCAPSULATED, w);
+        if ip.v6 { kind::TCP6 } else { kind::TCP4 }
     } else {
         digest::udp(h, protocol, ip, network, at, linear, flag::ENCAPSULATED, w)
             .unwrap_or(UNREADABLE)
