@@ -220,7 +220,10 @@ fn retransmissions_are_ambiguous_and_loopback_is_dropped() {
     assert_eq!(st.matched, 1);
     assert_eq!(st.ambiguous, 1);
     assert_eq!(st.same_trace, 1);
-    assert_eq!(st.unmatched, 4, "3 of the ambiguous key + 1 never received: {st:?}");
+    assert_eq!(
+        st.unmatched, 4,
+        "3 of the ambiguous key + 1 never received: {st:?}"
+    );
     assert_eq!(c.0.len(), 1);
     let (m, origin, k) = c.0[0];
     assert_eq!(

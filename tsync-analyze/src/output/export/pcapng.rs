@@ -215,7 +215,13 @@ fn transport_header(e: &PacketEvent) -> Vec<u8> {
         h
     } else {
         let udp_len = e.udp_len.max(8);
-        let data = usize::from(udp_len - 8).min(e.udp_data.len());
+        // The hashed kinds hold a hash of the payload, not its bytes: none is written.
+        let recorded = if e.kind == kind::UDP4_HASHED || e.kind == kind::UDP6_HASHED {
+            0
+        } else {
+            e.udp_data.len()
+        };
+        let data = usize::from(udp_len - 8).min(recorded);
         let mut h = vec![0u8; 8 + data];
         h[0..2].copy_from_slice(&e.source.to_be_bytes());
         h[2..4].copy_from_slice(&e.dest.to_be_bytes());

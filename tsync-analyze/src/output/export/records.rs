@@ -17,7 +17,8 @@ pub struct EventRecord<'a> {
     pub original_ns: i64,
     /// Time on the common timebase (ns), after the clock maps (and the CLC, if used).
     pub corrected_ns: i64,
-    /// `tcp4`, `tcp6`, `udp4` (`unknown` for anything else).
+    /// `tcp4`, `tcp6`, `udp4`, `udp4_hashed`, `udp6_hashed`, `tcp_addon` (`unknown` for anything
+    /// else).
     pub kind: &'static str,
     /// Index of the interface the packet left or entered by, on its node.
     pub ifindex: u32,
@@ -115,6 +116,8 @@ fn kind_name(k: u8) -> &'static str {
         kind::TCP4 => "tcp4",
         kind::TCP6 => "tcp6",
         kind::UDP4 => "udp4",
+        kind::UDP4_HASHED => "udp4_hashed",
+        kind::UDP6_HASHED => "udp6_hashed",
         kind::TCP_ADDON => "tcp_addon",
         _ => "unknown",
     }
