@@ -35,6 +35,24 @@ pub(super) struct Seen {
     pub(super) flags: u8,
 }
 
+impl Seen {
+    /// What the key does not hold of `e`, the `index`th event of trace `trace`, at local `time`.
+    #[inline(always)]
+    pub(super) fn of(e: &PacketEvent, time: i64, index: u64, trace: u32) -> Seen {
+        Seen {
+            time,
+            index,
+            trace,
+            ifindex: e.ifindex,
+            cpu: e.cpu,
+            tcp_flags: e.tcp_flags,
+            dir: e.direction,
+            ttl: e.ttl,
+            flags: e.flags,
+        }
+    }
+}
+
 /// What the matcher remembers of a live key besides the key itself.
 ///
 /// A key seen at most once per side (almost every key: one send, one receive) lives here alone.
@@ -247,17 +265,7 @@ impl KeyMatcher {
         let key = KeyLanes::of(e);
         debug_assert_eq!(key.key().hash(), hash);
         let is_send = e.direction == direction::SEND;
-        let seen = Seen {
-            time,
-            index,
-            trace,
-            ifindex: e.ifindex,
-            cpu: e.cpu,
-            tcp_flags: e.tcp_flags,
-            dir: e.direction,
-            ttl: e.ttl,
-            flags: e.flags,
-        };
+        let seen = Seen::of(e, time, index, trace);
         let cell = match self.live.probe(hash, &key) {
             Probe::Vacant(cell) => cell,
             Probe::Found(p) => {
@@ -397,7 +405,7 @@ impl Rules {
         let due = e.first_seen.saturating_add(self.window);
         let tag = Tag::decided(due, e.seq);
         if e.sends == SPILLED {
-            self.decide_spilled(e, key, stats, recordings, spills, out);
+            self.decide_spilled(e, key, tag, stats, recordings, spills, out);
             return;
         }
         if e.sends == 0 || e.recvs == 0 {
@@ -480,17 +488,17 @@ impl Rules {
 
     /// Decides a key seen more than once on a side from all its events ([`passage`]), and
     /// empties its list.
+    #[allow(clippy::too_many_arguments)]
     fn decide_spilled<O: Decisions>(
         &self,
         e: &Entry,
         key: &Key,
+        tag: Tag,
         stats: &mut MatchStats,
         recordings: &Recordings,
         spills: &mut Spills,
         out: &mut O,
     ) {
-        let due = e.first_seen.saturating_add(self.window);
-        let tag = Tag::decided(due, e.seq);
         let list = &mut spills.lists[e.recvs as usize];
         let probe = key.event(&Seen::default(), direction::SEND);
         let resolution = if list.extra > 0 {

@@ -29,17 +29,7 @@ fn sample() -> PacketEvent {
 #[test]
 fn key_rebuilds_the_event() {
     let e = sample();
-    let s = Seen {
-        time: e.ts_ns as i64,
-        index: 0,
-        trace: 0,
-        ifindex: e.ifindex,
-        cpu: e.cpu,
-        tcp_flags: e.tcp_flags,
-        dir: e.direction,
-        ttl: e.ttl,
-        flags: e.flags,
-    };
+    let s = Seen::of(&e, e.ts_ns as i64, 0, 0);
     assert_eq!(Key::of(&e).event(&s, e.direction), e);
 }
 
@@ -243,17 +233,7 @@ fn reference(inputs: &[Input], window: i64) -> Outcome {
         let mut seen: Vec<Seen> = l
             .events
             .iter()
-            .map(|&(trace, e, index)| Seen {
-                time: e.ts_ns as i64,
-                index,
-                trace,
-                ifindex: e.ifindex,
-                cpu: e.cpu,
-                tcp_flags: e.tcp_flags,
-                dir: e.direction,
-                ttl: e.ttl,
-                flags: e.flags,
-            })
+            .map(|&(trace, e, index)| Seen::of(&e, e.ts_ns as i64, index, trace))
             .collect();
         let resolution = passage::resolve(
             &mut seen,
