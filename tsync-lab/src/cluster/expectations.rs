@@ -10,10 +10,9 @@
 //! figures met the goals in a quiet run (0.07–0.14 µs, 1.00–1.20 × the flat width: docs/lab.md),
 //! but not with other builds beside the lab on this 2-core machine, where the agents' clock
 //! samplers are held off: the error at the middle came to 0.22–0.62 µs on `routed` and
-//! `vxlan-l2` and to
-//! 3.97 µs on `vxlan-l2` with the pods recorded (with 8418 of 46 543 messages inverted after
-//! the joint correction there, yet none in true time), and intervals to 1.25–1.77 × the flat
-//! network's. Held here: 5 µs at the middle (the demo's bound), 3 × the flat width, and no
+//! `vxlan-l2` and to 3.97 µs on `vxlan-l2` with the pods recorded (with 8418 of 46 543 messages
+//! inverted after the joint correction there, yet none in true time), and intervals to
+//! 1.25–1.77 × the flat network's. Held here: 5 µs at the middle (the demo's bound), 3 × the flat width, and no
 //! inversion but in that one configuration.
 use super::record::AgentMode;
 use super::topology::Topology;
