@@ -142,6 +142,27 @@ fn jsonl_shows_udp_payload_bytes_and_ipv6_addresses() {
 }
 
 #[test]
+fn hashed_udp_is_named_and_its_hash_never_written_as_payload() {
+    let udp = PacketEvent {
+        kind: kind::UDP6_HASHED,
+        network_protocol: ETH_P_IPV6,
+        transport_protocol: IPPROTO_UDP,
+        udp_len: 8 + 100,
+        udp_data: [1, 2, 3, 4, 5, 6, 7, 8],
+        ..tcp4(direction::SEND, 0)
+    };
+    let out = export(ExportFormat::Jsonl, &[udp]);
+    let line: serde_json::Value =
+        serde_json::from_str(String::from_utf8(out).unwrap().lines().next().unwrap()).unwrap();
+    assert_eq!(line["kind"], "udp6_hashed");
+    assert_eq!(line["udp_data"], "0102030405060708");
+    // IPv6 and UDP headers only: the payload was never recorded.
+    let p = rebuild_packet(&udp);
+    assert_eq!(p.bytes.len(), 40 + 8);
+    assert_eq!(p.original_len, 40 + 108);
+}
+
+#[test]
 fn csv_parses_back_and_has_a_header_even_when_empty() {
     let out = export(ExportFormat::Csv, &events());
     let mut reader = csv::Reader::from_reader(out.as_slice());
