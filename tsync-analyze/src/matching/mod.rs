@@ -197,9 +197,10 @@ pub fn unmatched_warning(stats: &MatchStats) -> Option<String> {
         causes.push(format!(
             "{} packets crossed several traced nodes that forwarded them (routing, bridging, NAT \
              or an overlay between pods and the wire) in an order the traces do not establish: \
-             record with agents of format 5 (they record TTLs, which routing lowers), and let each \
-             agent see its pods (run it with hostPID, or record the pods' namespaces with \
-             --netns or --all-netns) so that it lists the pods' addresses",
+             where the nodes bridge rather than route, let each agent see its pods (run it with \
+             hostPID, or record the pods' namespaces with --netns or --all-netns) so that it \
+             lists the pods' addresses; agents before format 5 record no TTL, which routing \
+             lowers: upgrade them",
             stats.ambiguous_order
         ));
     }
