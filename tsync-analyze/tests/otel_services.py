@@ -6,6 +6,12 @@ loopback ports, their spans written as the Collector's file exporter writes them
 spans_sdk.rs`; the venv comes from `cargo xtask setup`.
 
 Usage: otel_services.py SPANS_FILE CALLS
+       otel_services.py serve NODE ADDRESSES SPANS_FILE
+
+The second form runs one service (what the first starts three of): ADDRESSES is a JSON object
+giving each node's port on loopback or its "HOST:PORT"; the service listens on its own and calls
+its peers at theirs, until SIGTERM, which flushes its spans. The namespace lab runs one per
+network namespace (`tsync-lab/tests/spans_lab.rs`).
 
 The services, one process each, named by their resource's `host.name`:
   node0 /root  -> node1 /a and node2 /b, one after the other (fan-out)
@@ -43,6 +49,14 @@ def free_ports(n):
     for s in socks:
         s.close()
     return ports
+
+
+def address(value):
+    """(host, port) of a node: a port on loopback, or "HOST:PORT"."""
+    if isinstance(value, int):
+        return ("127.0.0.1", value)
+    host, port = value.rsplit(":", 1)
+    return (host, int(port))
 
 
 class FileExporter:
@@ -135,12 +149,13 @@ def serve(node, ports, spans_file):
     def app(environ, start_response):
         path = environ.get("PATH_INFO", "/")
         for peer, peer_path in CALLS.get((node, path), []):
-            r = session.get(f"http://127.0.0.1:{ports[peer]}{peer_path}", timeout=10)
+            host, port = address(ports[peer])
+            r = session.get(f"http://{host}:{port}{peer_path}", timeout=10)
             r.raise_for_status()
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [f"{node}{path} ok\n".encode()]
 
-    server = make_server("127.0.0.1", ports[node], OpenTelemetryMiddleware(app, tracer_provider=provider),
+    server = make_server(*address(ports[node]), OpenTelemetryMiddleware(app, tracer_provider=provider),
                          server_class=ThreadingServer, handler_class=QuietHandler)
 
     def stop(*_):

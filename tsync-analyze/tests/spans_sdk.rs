@@ -4,122 +4,37 @@
 //! so the truth is known: each node's spans are then put on a clock of its own by a known affine
 //! map (an offset of tens of ms and a drift of tens of ppm), and `sync` must bring them back:
 //! every interval holds the truth, and `apply --format otlp` of the spans alone puts no
-//! cross-host child before its parent.
+//! cross-host child before its parent; and, on the same spans, tsync's worst error on every node
+//! is at most half that of a reimplementation of Jaeger's clock-skew adjuster's published rule
+//! (`tests/sdk_spans/jaeger.rs`).
 //!
-//! The Python packages live in `target/otel-venv`, which `cargo xtask setup` makes.
+//! The Python packages live in `target/otel-venv`, which `cargo xtask setup` makes. One
+//! recording (300 calls) serves every test here.
 
-mod common;
+mod sdk_spans;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::sync::OnceLock;
 
-use common::{run, s, stderr};
+use sdk_spans::{Recording, SKEWS, SPANS_PER_CALL, analyzer as run, s, stderr, time};
 use serde_json::Value;
 
-/// Node k's clock: local = t + offset + drift·(t − t0), t the shared clock's reading.
-const SKEWS: [(f64, f64); 3] = [(0.0, 0.0), (25_300_000.0, 30e-6), (-41_700_000.0, -55e-6)];
+/// Root calls of the recording.
+const CALLS: usize = 300;
 
-/// The venv `cargo xtask setup` makes (`$CARGO_TARGET_DIR` or the workspace's `target/`).
-fn venv_python() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
-        PathBuf::from,
-    );
-    let python = target.join("otel-venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: `cargo xtask setup` installs OpenTelemetry's Python SDK there",
-        python.display()
-    );
-    python
-}
-
-fn node_of(resource: &Value) -> usize {
-    let attrs = resource["resource"]["attributes"].as_array().unwrap();
-    let name = attrs
-        .iter()
-        .find(|a| a["key"] == "host.name")
-        .and_then(|a| a["value"]["stringValue"].as_str())
-        .unwrap();
-    name.strip_prefix("node").unwrap().parse().unwrap()
-}
-
-fn time(v: &Value) -> i64 {
-    v.as_str().unwrap().parse().unwrap()
-}
-
-/// One span of the run: its node and its times on the shared clock.
-struct Truth {
-    node: usize,
-    parent: Option<String>,
-    start: i64,
-}
-
-/// Rewrites `raw` with each node's times on its own clock; the truth of every span by id.
-fn skew(raw: &Path, out: &Path) -> (HashMap<String, Truth>, i64) {
-    let text = std::fs::read_to_string(raw).unwrap();
-    let mut docs: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let spans = |d: &Value| {
-        d["resourceSpans"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|r| r["scopeSpans"][0]["spans"].as_array().unwrap().clone())
-            .collect::<Vec<_>>()
-    };
-    let t0 = docs
-        .iter()
-        .flat_map(spans)
-        .map(|sp| time(&sp["startTimeUnixNano"]))
-        .min()
-        .unwrap();
-    let mut truth = HashMap::new();
-    for doc in &mut docs {
-        for rs in doc["resourceSpans"].as_array_mut().unwrap() {
-            let k = node_of(rs);
-            let (offset, drift) = SKEWS[k];
-            let local = |t: i64| t + (offset + drift * (t - t0) as f64).round() as i64;
-            for sp in rs["scopeSpans"][0]["spans"].as_array_mut().unwrap() {
-                let (start, end) = (time(&sp["startTimeUnixNano"]), time(&sp["endTimeUnixNano"]));
-                let parent = sp["parentSpanId"].as_str().filter(|p| !p.is_empty());
-                truth.insert(
-                    sp["spanId"].as_str().unwrap().to_string(),
-                    Truth {
-                        node: k,
-                        parent: parent.map(str::to_string),
-                        start,
-                    },
-                );
-                sp["startTimeUnixNano"] = Value::String(local(start).to_string());
-                sp["endTimeUnixNano"] = Value::String(local(end).to_string());
-            }
-        }
-    }
-    let body: String = docs.iter().map(|d| format!("{d}\n")).collect();
-    std::fs::write(out, body).unwrap();
-    (truth, t0)
+/// The one recording of this test binary.
+fn rec() -> &'static Recording {
+    static REC: OnceLock<Recording> = OnceLock::new();
+    REC.get_or_init(|| sdk_spans::recording(CALLS))
 }
 
 #[test]
 fn spans_of_the_opentelemetry_sdk_give_intervals_that_hold_the_truth() {
-    let python = venv_python();
-    let dir = tempfile::tempdir().unwrap();
-    let raw = dir.path().join("raw.jsonl");
-    let r = Command::new(&python)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otel_services.py"))
-        .args([&s(&raw), "300"])
-        .output()
-        .unwrap();
-    assert!(r.status.success(), "{}", stderr(&r));
-    let spans = dir.path().join("skewed.jsonl");
-    let (truth, t0) = skew(&raw, &spans);
-    assert_eq!(truth.len(), 300 * 9, "9 spans per call");
+    let rec = rec();
+    let (spans, truth, t0) = (&rec.spans, &rec.truth, rec.t0);
+    assert_eq!(truth.len(), CALLS * SPANS_PER_CALL, "9 spans per call");
 
-    let out = run(&["sync", "--json", "--reference", "node0", &s(&spans)]);
+    let out = run(&["sync", "--json", "--reference", "node0", &s(spans)]);
     assert!(out.status.success(), "{}", stderr(&out));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     for p in doc["pairs"].as_array().unwrap() {
@@ -165,16 +80,16 @@ fn spans_of_the_opentelemetry_sdk_give_intervals_that_hold_the_truth() {
 
     // The spans corrected from themselves: every interval holds the truth (node0's clock is
     // the shared one), and no cross-host child starts before its parent.
-    let synced = dir.path().join("synced.jsonl");
+    let synced = rec.dir.path().join("synced.jsonl");
     let r = run(&[
         "apply",
-        &s(&spans),
+        &s(spans),
         "--reference",
         "node0",
         "--format",
         "otlp",
         "--events",
-        &s(&spans),
+        &s(spans),
         "-o",
         &s(&synced),
     ]);
@@ -218,7 +133,7 @@ fn spans_of_the_opentelemetry_sdk_give_intervals_that_hold_the_truth() {
         truth.len()
     );
     let (mut cross, mut before) = (0, 0);
-    for (id, t) in &truth {
+    for (id, t) in truth {
         let Some(parent) = t
             .parent
             .as_ref()
@@ -239,9 +154,36 @@ fn spans_of_the_opentelemetry_sdk_give_intervals_that_hold_the_truth() {
             t.start + (skewed_child.0 as i64) < parent.1.start + (skewed_parent.0 as i64),
         );
     }
-    assert_eq!(cross, 300 * 4);
+    assert_eq!(cross, CALLS * 4);
     assert!(
         before > 0,
         "the skews put some children before their parents"
     );
+}
+
+/// Issue 34's goal, on the real SDK's spans: corrected by tsync from the spans alone, every
+/// node's worst start-time error is at most half that of Jaeger's clock-skew adjuster's rule (a
+/// reimplementation of its published rule, `sdk_spans::jaeger`) on the same spans, and no
+/// cross-host child starts before its parent.
+#[test]
+fn tsync_corrects_the_sdk_spans_at_least_twice_as_well_as_the_jaeger_rule() {
+    let rec = rec();
+    let skewed = sdk_spans::figures(&rec.truth, &sdk_spans::starts(&rec.spans));
+    let (starts, _) = sdk_spans::tsync_starts(rec, &rec.dir.path().join("tsync.jsonl"));
+    let tsync = sdk_spans::figures(&rec.truth, &starts);
+    let jaeger = sdk_spans::figures(&rec.truth, &sdk_spans::jaeger_starts(rec));
+    eprintln!("{}", sdk_spans::table(&skewed, &tsync, &jaeger));
+    assert!(
+        skewed.iter().map(|f| f.before_parent).sum::<usize>() > 0,
+        "the skews put some children before their parents"
+    );
+    for (k, (t, j)) in tsync.iter().zip(&jaeger).enumerate() {
+        assert_eq!(t.before_parent, 0, "node{k}: children before their parents");
+        assert!(
+            2 * t.worst_ns <= j.worst_ns,
+            "node{k}: tsync's worst error {} ns, the Jaeger rule's {} ns",
+            t.worst_ns,
+            j.worst_ns
+        );
+    }
 }

@@ -113,7 +113,7 @@ fn payload(bytes: &[u8], at: usize) -> &[u8] {
 }
 
 /// Every version written as compressed columns.
-const COLUMNAR: [u32; 3] = [3, 4, 5];
+const COLUMNAR: [u32; 4] = [3, 4, 5, 6];
 const _: () = assert!(COLUMNAR[COLUMNAR.len() - 1] == VERSION);
 
 #[test]

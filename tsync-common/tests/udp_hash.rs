@@ -6,14 +6,15 @@
 use tsync_common::{UDP_HASHED_BYTES, udp_hashed_data, udp_payload_hash};
 
 #[test]
-fn it_covers_the_first_64_bytes_and_their_count() {
+fn it_covers_the_first_32_bytes_and_their_count() {
+    assert_eq!(UDP_HASHED_BYTES, 32);
     let payload: Vec<u8> = (0..200u8).collect();
-    // Bytes past the 64th do not count.
-    assert_eq!(udp_hashed_data(&payload), udp_hashed_data(&payload[..64]));
+    // Bytes past the 32nd do not count.
+    assert_eq!(udp_hashed_data(&payload), udp_hashed_data(&payload[..32]));
     let mut later = payload.clone();
-    later[64] ^= 1;
+    later[32] ^= 1;
     assert_eq!(udp_hashed_data(&later), udp_hashed_data(&payload));
-    // Any one of the 64 does, and so does the count: a datagram hashed over fewer bytes (at an
+    // Any one of the 32 does, and so does the count: a datagram hashed over fewer bytes (at an
     // end where fewer were linear) never takes the digest of one hashed whole.
     for i in 0..UDP_HASHED_BYTES {
         let mut other = payload.clone();

@@ -36,8 +36,6 @@ pub enum Digest {
 /// UDP (8) and some UDP payload, rounded up to whole words. One copy is cheaper than one per
 /// header. An IPv4 header with options needs a second copy, of the transport header.
 pub const HEADERS: usize = 64;
-/// The buffer holds a hashed datagram's payload once its headers are read ([`udp`]).
-const _: () = assert!(HEADERS == UDP_HASHED_BYTES);
 
 /// Where the transport header lies in [`Headers`]: after a 20-byte IPv4 header (also with options:
 /// it is copied there), or after IPv6's 40 bytes.
@@ -65,13 +63,6 @@ impl Headers {
     pub fn at_volatile<T: Copy>(&self, at: usize) -> T {
         // SAFETY: as for `at`.
         unsafe { self.0.as_ptr().add(at).cast::<T>().read_volatile() }
-    }
-
-    /// The buffer as the words [`tsync_common::udp_payload_hash`] takes.
-    #[inline(always)]
-    fn words(&mut self) -> &mut [u64; HEADERS / 8] {
-        // SAFETY: same size, and the buffer is 8-aligned.
-        unsafe { &mut *self.0.as_mut_ptr().cast::<[u64; HEADERS / 8]>() }
     }
 }
 
@@ -301,8 +292,8 @@ pub fn tcp(h: &Headers, protocol: u16, ip: Ip, flags: u8, w: &mut Words) {
 /// header at `network`, of which `linear` bytes are in the linear data. Returns the kind, or
 /// `None` if the payload could not be copied.
 ///
-/// The hash covers the first min(64, payload) bytes that lie in the socket buffer's linear data,
-/// no further: the bytes after it are in page fragments, which a tracing
+/// The hash covers the first min([`UDP_HASHED_BYTES`], payload) bytes that lie in the socket
+/// buffer's linear data, no further: the bytes after it are in page fragments, which a tracing
 /// program cannot read, and the buffer past the tail is not the packet's. A datagram built by
 /// `sendmsg` is linear when sent, and so it is when received over veth, bridges and VXLAN
 /// devices; a NIC driver that copies only the headers into the linear part (and GRO) can leave
@@ -328,22 +319,16 @@ pub fn udp(
     let n = (udp_len as usize)
         .saturating_sub(8)
         .min(linear.saturating_sub(payload))
-        .min(HEADERS);
-    // The headers are read: the buffer takes the payload, zero past it. Eight stores: zeroed as
-    // an array, or in a plain loop, it became a call to `memset`, a loop of 64 byte stores that
-    // the verifier walked once per byte (and per path: tens of thousands of instructions).
-    let words = h.words();
-    let mut i = 0;
-    while i < words.len() {
-        // SAFETY: in bounds.
-        unsafe { core::ptr::write_volatile(&mut words[i], 0) };
-        i += 1;
+        .min(UDP_HASHED_BYTES);
+    // The payload goes where an IPv4 header without options puts it in the headers' copy:
+    // there it already is; after IPv6's header or IPv4's options it is copied there.
+    if (ip.v6 || ip.ihl != 5) && n != 0 {
+        // SAFETY: at most UDP_HASHED_BYTES; the source is the packet's linear data.
+        if unsafe { copy_payload(h, network + payload, n) } != 0 {
+            return None;
+        }
     }
-    // SAFETY: at most the buffer's size; the source is the packet's linear data.
-    if n != 0 && unsafe { copy_at_most_buffer(h, network + payload, n) } != 0 {
-        return None;
-    }
-    let hash = tsync_common::udp_payload_hash(h.words(), n as u32);
+    let hash = tsync_common::udp_payload_hash(&payload_words(h, n), n as u32);
     w[7] = 0;
     w[8] = u64::from(IPPROTO_UDP) | u64::from(ip.ihl) << 8 | (hash & 0xffff_ffff) << 32;
     w[9] = hash >> 32 | u64::from(udp_len) << 32 | u64::from(flags) << 48 | u64::from(ip.ttl) << 56;
@@ -354,28 +339,66 @@ pub fn udp(
     })
 }
 
-/// Copies `n` (at most [`HEADERS`]) bytes of kernel memory at `src` into `h`; 0 on success.
+/// Where a datagram's payload lies in [`Headers`] for the hash: where the headers' copy holds
+/// it over IPv4 without options (20 + 8 bytes on), and where [`copy_payload`] puts it otherwise.
+const PAYLOAD_AT: usize = L4_AFTER_V4 + 8;
+const _: () = assert!(PAYLOAD_AT + UDP_HASHED_BYTES <= HEADERS);
+
+/// The payload's first `n` bytes (at most [`UDP_HASHED_BYTES`]) as the little-endian words the
+/// hash takes, zero past them: the buffer holds bytes after the datagram there (the tail of
+/// the socket buffer, an Ethernet frame's padding), which differ from one end to the other.
+/// Each word is two 4-aligned loads (byte 28 is not 8-aligned, and the verifier accepts aligned
+/// loads only). A datagram of 32 bytes or more, the common case, costs one compare for the
+/// masks.
+#[inline(always)]
+fn payload_words(h: &Headers, n: usize) -> [u64; UDP_HASHED_BYTES / 8] {
+    let mut out = [0u64; UDP_HASHED_BYTES / 8];
+    let mut i = 0;
+    while i < out.len() {
+        let at = PAYLOAD_AT + 8 * i;
+        out[i] = u64::from(h.at::<u32>(at)) | u64::from(h.at::<u32>(at + 4)) << 32;
+        i += 1;
+    }
+    if n < UDP_HASHED_BYTES {
+        let mut i = 0;
+        while i < out.len() {
+            let start = 8 * i;
+            if n <= start {
+                out[i] = 0;
+            } else if n < start + 8 {
+                // 1 to 7 bytes of this word are the payload's.
+                out[i] &= (1u64 << ((n - start) * 8)) - 1;
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Copies `n` (at most [`UDP_HASHED_BYTES`]) bytes of kernel memory at `src` into `h` at
+/// [`PAYLOAD_AT`]; 0 on success.
 ///
 /// The size a helper takes must be bounded on the very register that holds it. LLVM kept `n`
 /// on the stack and loaded it into that register right before the call, and Linux 6.1's
 /// verifier does not carry a bound learned on a register over to its stack copy ("R2 min value
 /// is negative", found by `cargo xtask lab`; 6.12 and later do). So `n` goes through the stack
 /// on purpose, is read back right before the call, and is bounded there: a compare (the copy
-/// of a whole buffer) and a mask, on the register the call takes.
+/// of the whole prefix) and a mask, on the register the call takes.
 ///
 /// # Safety
 /// `src` is read with the fault-safe helper; the buffer is `h`'s.
 #[inline(always)]
-unsafe fn copy_at_most_buffer(h: &mut Headers, src: usize, n: usize) -> i64 {
+unsafe fn copy_payload(h: &mut Headers, src: usize, n: usize) -> i64 {
     let mut spilled = core::mem::MaybeUninit::<usize>::uninit();
     // SAFETY: a slot of this frame, written before it is read; the copies stay inside `h`.
     unsafe {
         spilled.as_mut_ptr().write_volatile(n);
         let n = spilled.as_ptr().read_volatile();
-        if n >= HEADERS {
-            copy(h.0.as_mut_ptr(), src, HEADERS)
+        let dst = h.0.as_mut_ptr().add(PAYLOAD_AT);
+        if n >= UDP_HASHED_BYTES {
+            copy(dst, src, UDP_HASHED_BYTES)
         } else {
-            copy(h.0.as_mut_ptr(), src, n % HEADERS)
+            copy(dst, src, n % UDP_HASHED_BYTES)
         }
     }
 }

@@ -979,10 +979,10 @@ fn ipv4_options_and_fragments_are_parsed() {
     // A 3000-byte datagram arrives in three fragments; only the first carries the UDP header.
     let frag: Vec<_> = recv.iter().filter(|e| e.dest == 5564).collect();
     assert_eq!(frag.len(), 1, "{frag:?}");
-    // The first fragment holds the first 64 payload bytes: all of them are hashed.
+    // The first fragment holds the first 32 payload bytes: all of them are hashed.
     assert_eq!(
         (frag[0].udp_len, frag[0].udp_data),
-        (3008, udp_hashed_data(&[7u8; 64]))
+        (3008, udp_hashed_data(&[7u8; 32]))
     );
     assert!(
         frag[0].tot_len <= 1500,

@@ -163,6 +163,9 @@ pub struct CommonTimebase {
     /// Per trace: its recorded clock is CLOCK_REALTIME itself (a node of a span file) counted
     /// from this epoch (ns): its realtime stamps go through its map once the epoch is taken off.
     direct: Vec<Option<i64>>,
+    /// Span nodes that joined an agent trace of another name (its header's hostname), with the
+    /// trace: a span's node name finds its trace through them too.
+    aliases: Vec<(String, u32)>,
 }
 
 impl CommonTimebase {
@@ -213,7 +216,19 @@ impl CommonTimebase {
             }
         }
         let spans = message_spans(&sync, &realtime, spans);
-        let names = inputs.traces.iter().map(|t| t.name.clone()).collect();
+        let names: Vec<String> = inputs.traces.iter().map(|t| t.name.clone()).collect();
+        let mut aliases = Vec::new();
+        for source in &inputs.sources {
+            if let crate::input::SourceKind::Spans { file } = &source.kind {
+                for (node, trace) in file.nodes.iter().zip(&file.traces) {
+                    if let crate::spans::SpanTrace::Agent(k) = *trace
+                        && names[k as usize] != node.name
+                    {
+                        aliases.push((node.name.clone(), k));
+                    }
+                }
+            }
+        }
         Ok(CommonTimebase {
             sync,
             names,
@@ -221,6 +236,7 @@ impl CommonTimebase {
             spans,
             no_realtime,
             direct,
+            aliases,
         })
     }
 
@@ -234,6 +250,7 @@ impl CommonTimebase {
             realtime: vec![None; n],
             spans: vec![None; n],
             direct: vec![None; n],
+            aliases: Vec::new(),
             no_realtime: sync
                 .traces
                 .iter()
@@ -264,6 +281,21 @@ impl CommonTimebase {
         &self.names
     }
 
+    /// The trace of a span's node: the trace of that name, else the agent trace the node
+    /// joined by its hostname.
+    pub fn trace_of_span_node(&self, name: &str) -> Option<u32> {
+        self.names
+            .iter()
+            .position(|n| n == name)
+            .map(|k| k as u32)
+            .or_else(|| {
+                self.aliases
+                    .iter()
+                    .find(|(alias, _)| alias == name)
+                    .map(|&(_, k)| k)
+            })
+    }
+
     /// The node's recorded span on its own monotonic clock, if known.
     pub fn span(&self, node: u32) -> Option<(i64, i64)> {
         self.spans[node as usize]
@@ -285,27 +317,31 @@ impl CommonTimebase {
     }
 
     /// A streaming mapper for many times of one node (checks that `clock` can be used).
+    ///
+    /// A node of a span file (its recorded clock its CLOCK_REALTIME) takes realtime stamps
+    /// directly, and so does a reference of a span file give them back; the other side, an
+    /// agent trace, goes through its clock samples: spans of a span-only node land on an agent
+    /// reference's realtime, and the other way round.
     pub fn mapper(&self, node: u32, clock: NodeClock) -> Result<NodeMapper<'_>, ApplyError> {
         let reference = self.reference(node);
-        let direct = self.direct[node as usize].zip(self.direct[reference as usize]);
-        if self.direct[node as usize].is_some() || self.direct[reference as usize].is_some() {
-            if clock == NodeClock::Monotonic {
-                return Err(ApplyError::NoRealtime(format!(
-                    "{} is a node of a span file, whose times are its CLOCK_REALTIME: use --clock \
-                     realtime",
-                    self.names[node as usize]
-                )));
-            }
-            if direct.is_none() {
-                return Err(ApplyError::NoRealtime(format!(
-                    "{} and its reference {} are one a node of a span file and one not: their \
-                     realtime clocks cannot be related",
-                    self.names[node as usize], self.names[reference as usize]
-                )));
-            }
-        } else if clock == NodeClock::Realtime {
-            let reference = self.reference(node);
-            for k in [node, reference] {
+        let (node_epoch, ref_epoch) = (self.direct[node as usize], self.direct[reference as usize]);
+        if clock == NodeClock::Monotonic && (node_epoch.is_some() || ref_epoch.is_some()) {
+            let (which, k) = if node_epoch.is_some() {
+                ("", node)
+            } else {
+                ("the reference of it, ", reference)
+            };
+            return Err(ApplyError::NoRealtime(format!(
+                "{which}{} is a node of a span file, whose times are its CLOCK_REALTIME: use \
+                 --clock realtime",
+                self.names[k as usize]
+            )));
+        }
+        if clock == NodeClock::Realtime {
+            for (k, epoch) in [(node, node_epoch), (reference, ref_epoch)] {
+                if epoch.is_some() {
+                    continue;
+                }
                 if let Some(why) = &self.no_realtime[k as usize] {
                     let role = if k == node && k == reference {
                         "the node (its own reference)"
@@ -333,7 +369,8 @@ impl CommonTimebase {
             ref_cursor: RealtimeCursor::default(),
             outside: 0,
             ambiguous: 0,
-            direct,
+            node_epoch,
+            ref_epoch,
         })
     }
 
@@ -390,9 +427,11 @@ pub struct NodeMapper<'a> {
     pub outside: u64,
     /// Realtime values that occurred twice on the node (its clock was stepped back) so far.
     pub ambiguous: u64,
-    /// The node's and its reference's recorded clocks are their CLOCK_REALTIME (span files)
-    /// counted from these epochs: realtime stamps need no clock samples.
-    direct: Option<(i64, i64)>,
+    /// The node's recorded clock is its CLOCK_REALTIME (a span file's node) counted from this
+    /// epoch: its realtime stamps need no clock samples.
+    node_epoch: Option<i64>,
+    /// The same of its reference.
+    ref_epoch: Option<i64>,
 }
 
 impl NodeMapper<'_> {
@@ -405,7 +444,7 @@ impl NodeMapper<'_> {
     #[inline]
     fn monotonic(&mut self, t_ns: i64) -> (i64, bool) {
         match self.clock {
-            _ if let Some((epoch, _)) = self.direct => {
+            _ if let Some(epoch) = self.node_epoch => {
                 let t = t_ns.saturating_sub(epoch);
                 let outside = self.span.is_some_and(|(a, b)| t < a || t > b);
                 (t, outside)
@@ -429,7 +468,7 @@ impl NodeMapper<'_> {
     #[inline]
     fn back(&mut self, mono_ref: i64) -> i64 {
         match self.clock {
-            _ if let Some((_, epoch)) = self.direct => mono_ref.saturating_add(epoch),
+            _ if let Some(epoch) = self.ref_epoch => mono_ref.saturating_add(epoch),
             NodeClock::Monotonic => mono_ref,
             NodeClock::Realtime => self.timebase.realtime
                 [self.timebase.reference(self.node) as usize]
@@ -465,18 +504,25 @@ impl NodeMapper<'_> {
         let interval = interval.map(|(lo, hi)| {
             let (lo, hi) = (lo.floor() as i64, hi.ceil() as i64);
             match self.clock {
-                _ if self.direct.is_some() => (self.back(lo), self.back(hi)),
                 NodeClock::Monotonic => (lo, hi),
                 NodeClock::Realtime => {
                     let tb = self.timebase;
-                    // Each side's realtime ↔ monotonic pairing: the bracket, and how far a
-                    // sample strayed from its neighbours.
-                    let pairing = |node: u32| {
+                    // Each side's realtime ↔ monotonic pairing where it goes through samples
+                    // (not a span file's node): the bracket, and how far a sample strayed from
+                    // its neighbours.
+                    let pairing = |node: u32, epoch: Option<i64>| {
+                        if epoch.is_some() {
+                            return 0;
+                        }
                         tb.realtime[node as usize]
                             .as_ref()
                             .map_or(0, |c| c.half_bracket_ns + c.pairing_error_ns)
                     };
-                    let widen = pairing(self.node) + pairing(tb.reference(self.node)) + 1;
+                    let widen = pairing(self.node, self.node_epoch)
+                        + pairing(tb.reference(self.node), self.ref_epoch);
+                    // (+1: the rounding of an interpolation through samples.)
+                    let direct = self.node_epoch.is_some() && self.ref_epoch.is_some();
+                    let widen = if direct { 0 } else { widen + 1 };
                     (self.back(lo) - widen, self.back(hi) + widen)
                 }
             }

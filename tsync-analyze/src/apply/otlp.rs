@@ -225,8 +225,8 @@ impl<'tb> Rewriter<'tb> {
         let name = self.options.attribution.node_of(&kvs).map(|(name, _)| name);
         Ok(match name {
             None => NodeOf::Missing,
-            Some(name) => match self.timebase.names().iter().position(|n| *n == name) {
-                Some(k) => NodeOf::Known(k as u32),
+            Some(name) => match self.timebase.trace_of_span_node(&name) {
+                Some(k) => NodeOf::Known(k),
                 None => NodeOf::Unknown(name),
             },
         })
@@ -528,6 +528,15 @@ pub fn apply_otlp<R: BufRead, W: Write>(
         summary: OtlpSummary::default(),
     };
     let write_err = |e| ApplyError::io("cannot write the output", e);
+    let head = input
+        .fill_buf()
+        .map_err(|e| ApplyError::io(format!("cannot read {name}"), e))?;
+    if crate::spans::is_proto(head) {
+        return Err(ApplyError::Events(format!(
+            "{name}: OTLP protobuf spans; `apply --format otlp` rewrites OTLP/JSON only (the \
+             Collector's file exporter writes it with `format: json`); `sync` reads both"
+        )));
+    }
     let mut line = Vec::new();
     let mut rewritten = Vec::new();
     let mut number = 0u64;

@@ -243,6 +243,67 @@ impl RealtimeClock {
         (interpolate(&r.real, &r.mono, real, &mut cursor.chord), note)
     }
 
+    /// How far (ns) a realtime value interpolated between two samples of a run may be from
+    /// the recorded monotonic time it was read at: each sample's bracket, twice the largest
+    /// stray of a sample from its neighbours' line (a small step that no run cut, between two
+    /// samples, makes its neighbours stray by half of it and the interpolation err by all of
+    /// it), and the rounding.
+    pub fn interpolation_bound_ns(&self) -> i64 {
+        self.half_bracket_ns + 2 * self.pairing_error_ns + 1
+    }
+
+    /// The recorded monotonic interval that certainly holds the instant a realtime value was
+    /// read, for events that must keep a guarantee (span messages of a node whose agent trace
+    /// gives its clock): the interpolation ± [`interpolation_bound_ns`]. None where the samples
+    /// do not tell the instant for certain: outside them (a step could hide before the first or
+    /// after the last), and wherever a step makes it ambiguous: a value held by two runs (the
+    /// clock went back over it) or within reach of a neighbouring run across the samples around
+    /// a step (the step's instant between them is unknown). Unlike
+    /// [`to_monotonic`](Self::to_monotonic) it never guesses from the order of the values.
+    ///
+    /// [`interpolation_bound_ns`]: Self::interpolation_bound_ns
+    pub fn monotonic_bounds(&self, real: i64, cursor: &mut RealtimeCursor) -> Option<(i64, i64)> {
+        let n = self.runs.len();
+        // Realtime around a step: before its instant the old run continues, after it the new
+        // one starts, anywhere in the samples' gap; realtime cannot run more than twice as fast
+        // as the monotonic clock (far beyond any skew) between them.
+        let reach = |k: usize| -> (i64, i64) {
+            let (a, b) = self.runs[k].real_range();
+            let before = (k > 0).then(|| {
+                let gap = self.runs[k].mono[0] - self.runs[k - 1].mono_range().1;
+                a - 2 * gap - STEP_THRESHOLD_NS
+            });
+            let after = (k + 1 < n).then(|| {
+                let gap = self.runs[k + 1].mono[0] - self.runs[k].mono_range().1;
+                b + 2 * gap + STEP_THRESHOLD_NS
+            });
+            (before.unwrap_or(a), after.unwrap_or(b))
+        };
+        let mut found = None;
+        for k in 0..n {
+            let (lo, hi) = reach(k);
+            if lo <= real && real <= hi {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(k);
+            }
+        }
+        let k = found?;
+        let (a, b) = self.runs[k].real_range();
+        if real < a || real > b {
+            return None;
+        }
+        if k != cursor.run {
+            cursor.chord = 0;
+        }
+        cursor.run = k;
+        let r = &self.runs[k];
+        let m = interpolate(&r.real, &r.mono, real, &mut cursor.chord);
+        let e = self.interpolation_bound_ns();
+        Some((m.saturating_sub(e), m.saturating_add(e)))
+    }
+
     fn later_run_holds(&self, current: usize, real: i64) -> bool {
         self.runs[current + 1..].iter().any(|r| {
             let (a, b) = r.real_range();
@@ -405,6 +466,46 @@ mod tests {
         let (m, note) = c.to_monotonic(E - 700 * MS as i64, &mut cur);
         assert_eq!(m, 300 * MS as i64 + 20);
         assert!(!note.ambiguous);
+    }
+
+    #[test]
+    fn bounds_hold_the_instant_and_refuse_what_a_step_makes_uncertain() {
+        // Stepped back by 50 ms between the samples at 200 and 220 ms: realtime E+[150, 220]
+        // ms occurred twice, and just around the step the instant is unknown.
+        let mut samples = Vec::new();
+        for i in 0..=10u64 {
+            let m = i * 20 * MS;
+            samples.push(sample(m, E + m as i64));
+        }
+        for i in 11..=30u64 {
+            let m = i * 20 * MS;
+            samples.push(sample(m, E + m as i64 - 50 * MS as i64));
+        }
+        let c = RealtimeClock::from_samples(&samples).unwrap();
+        assert_eq!(c.interpolation_bound_ns(), 21);
+        let mut cur = RealtimeCursor::default();
+        let at = |ms: i64| E + ms * MS as i64;
+        // Well before the step: one run holds it, the instant within the bound.
+        let (lo, hi) = c.monotonic_bounds(at(50), &mut cur).unwrap();
+        let truth = 50 * MS as i64 + 20;
+        assert!(lo <= truth && truth <= hi && hi - lo == 42, "{lo} {hi}");
+        // Occurred twice, or within reach of the other run across the step: refused whatever
+        // the order. (100 ms occurred once, before the step; 260 ms once, after it.)
+        for ms in [140, 170, 199, 215, 235] {
+            assert_eq!(c.monotonic_bounds(at(ms), &mut cur), None, "{ms} ms");
+        }
+        for (ms, mono) in [(100, 100), (260, 310)] {
+            let (lo, hi) = c.monotonic_bounds(at(ms), &mut cur).unwrap();
+            let truth = mono * MS as i64 + 20;
+            assert!(lo <= truth && truth <= hi, "{ms} ms: {lo} {hi}");
+        }
+        // Well after: the later run.
+        let (lo, hi) = c.monotonic_bounds(at(400), &mut cur).unwrap();
+        let truth = 450 * MS as i64 + 20;
+        assert!(lo <= truth && truth <= hi, "{lo} {hi}");
+        // Outside the samples: refused.
+        assert_eq!(c.monotonic_bounds(E - 1, &mut cur), None);
+        assert_eq!(c.monotonic_bounds(at(600), &mut cur), None);
     }
 
     #[test]

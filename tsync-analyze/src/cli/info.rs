@@ -140,7 +140,13 @@ fn describe_file(path: &Path) -> Result<(serde_json::Value, String), CliError> {
             if let Some(o) = v.as_object_mut() {
                 o.insert("format".into(), "spans".into());
             }
-            let mut text = format!("{}\n  format         OTLP/JSON spans\n", path.display());
+            let mut prefix = Vec::with_capacity(4096);
+            std::io::Read::read_to_end(
+                &mut std::io::Read::take(std::fs::File::open(path)?, 4096),
+                &mut prefix,
+            )?;
+            let format = tsync_analyze::spans::format_name(&prefix);
+            let mut text = format!("{}\n  format         {format}\n", path.display());
             for line in stats.warnings() {
                 let line = line.split_once(": ").map_or(line.as_str(), |(_, l)| l);
                 text.push_str(&format!("  {line}\n"));

@@ -28,13 +28,18 @@ pub fn finish(
     let mut accumulated = acc.pairs;
     sort_by_pair(&mut accumulated);
     // In (a, b) order, as the states are.
-    let pairs: Vec<PairResult> = map_in_order(threads, accumulated, |p| {
+    let mut pairs: Vec<PairResult> = map_in_order(threads, accumulated, |p| {
         // Converted times may be off by the conversions' bounds: the hull points move
         // outward by that much (the slope is within 0.1 % of 1) so that every interval
         // still holds the true line between the raw clocks.
         let relax = (timebases.bound_ns(p.a) * 1.001 + timebases.bound_ns(p.b)).ceil() as i64;
         pair_result(p, options, relax)
     });
+    for p in &mut pairs {
+        if let Some(counts) = matching.from_spans.get(&(p.a, p.b)) {
+            p.from_spans = *counts;
+        }
+    }
     let name = |i: u32| &trace_names[i as usize];
     let mut edges = Vec::new();
     for p in &pairs {

@@ -37,6 +37,7 @@ pub(super) fn pair_result(mut p: PairState, options: &SyncOptions, relax: i64) -
         approx_error_ns: c.approx_error_ns,
         linreg: None,
         span,
+        from_spans: [0, 0],
         hull_ab,
         hull_ba,
     };

@@ -99,6 +99,9 @@ pub struct PairResult {
     pub linreg: Option<LinRegFit>,
     /// Time span of the pair's messages on a's clock.
     pub span: Option<(i64, i64)>,
+    /// Of the messages a→b and b→a, those that came from span files (the rest from packets or
+    /// text lines).
+    pub from_spans: [u64; 2],
 }
 
 impl PairResult {

@@ -30,7 +30,7 @@ pub enum SourceKind {
     Trace,
     /// A CTF trace directory (LTTng), read through the same [`tracefile::TraceFile`] layer.
     Ctf,
-    /// OpenTelemetry spans in OTLP/JSON (`crate::spans`): one trace per node, in the order of
+    /// OpenTelemetry spans in OTLP/JSON or OTLP protobuf (`crate::spans`): one trace per node, in the order of
     /// `file.nodes` (empty from [`sniff`], which does not read the file).
     Spans {
         /// The nodes found, with the attribute that named each, and the file's epoch.
@@ -109,6 +109,8 @@ pub fn read_prefix(input: &mut impl Read) -> std::io::Result<Vec<u8>> {
 pub fn sniff_prefix(prefix: &[u8], name: &dyn std::fmt::Display) -> Result<SourceKind, InputError> {
     if crate::input::tracefile::is_trace_file(prefix) {
         Ok(SourceKind::Trace)
+    } else if let Some(why) = crate::spans::compressed_spans(prefix) {
+        Err(InputError::Invalid(format!("{name}: {why}")))
     } else if crate::spans::looks_like_spans(prefix) {
         Ok(SourceKind::Spans {
             file: crate::spans::SpanFile::default(),
@@ -122,8 +124,8 @@ pub fn sniff_prefix(prefix: &[u8], name: &dyn std::fmt::Display) -> Result<Sourc
         Ok(SourceKind::Text { traces: 0 })
     } else {
         Err(InputError::Invalid(format!(
-            "{name}: neither a tsync trace file (no TSYNCTRC magic), nor OTLP/JSON spans, nor a \
-             text message file"
+            "{name}: neither a tsync trace file (no TSYNCTRC magic), nor OTLP spans (JSON or \
+             protobuf), nor a text message file"
         )))
     }
 }
@@ -211,7 +213,10 @@ impl InputSet {
                 }
                 SourceKind::Ctf => unreachable!("directories are expanded above"),
                 SourceKind::Spans { .. } => {
-                    let file = crate::spans::scan(path, spans)?;
+                    let mut file = crate::spans::scan(path, spans)?;
+                    file.traces = (0..file.nodes.len() as u32)
+                        .map(|i| crate::spans::SpanTrace::Own(first_trace + i))
+                        .collect();
                     for (i, n) in file.nodes.iter().enumerate() {
                         traces.push(TraceInfo {
                             index: first_trace + i as u32,
@@ -242,6 +247,8 @@ impl InputSet {
                 size,
             });
         }
+        // A span node with an agent trace of its name shares that trace's clock.
+        crate::spans::join_agent_traces(&mut sources, &mut traces);
         dedupe_names(&mut traces);
         Ok(InputSet {
             sources,

@@ -222,7 +222,7 @@ impl TraceFile {
         }
     }
 
-    /// Format version of the file (1 to 3).
+    /// Format version of the file (1 to 6; 0 for an LTTng trace).
     pub fn version(&self) -> u32 {
         match &self.source {
             Backend::Agent(r) => r.version(),

@@ -79,9 +79,9 @@ impl InputSet {
             }
             if let SourceKind::Spans { file } = &src.kind {
                 let s = crate::spans::for_each_message_in(
+                    self,
                     src,
                     file,
-                    &self.spans,
                     options.exchanges,
                     sink,
                     progress,
@@ -238,6 +238,34 @@ fn duplicate_warnings(streams: &[Stream]) -> Vec<String> {
         }
     }
     warnings
+}
+
+/// The warning for trace files of format 5 given with files of a later format, whose hashed UDP
+/// digests differ (version 6 hashes the first 32 payload bytes with another function): a
+/// datagram recorded by one agent of each never matches. Never a false pair, but the UDP
+/// between those nodes is lost; the user sees why.
+fn udp_hash_versions_warning(streams: &[Stream]) -> Option<String> {
+    let version = |v: u32| {
+        let files: Vec<String> = streams
+            .iter()
+            .filter(|st| st.file.ctf().is_none() && st.file.version() == v)
+            .map(|st| st.file.path().display().to_string())
+            .collect();
+        (!files.is_empty()).then(|| files.join(", "))
+    };
+    let v5 = version(5)?;
+    let later = (6..=tsync_common::format::VERSION)
+        .filter_map(version)
+        .collect::<Vec<_>>()
+        .join(", ");
+    (!later.is_empty()).then(|| {
+        format!(
+            "{v5}: format 5, recorded by an agent that hashes UDP payloads otherwise than the \
+             agent of {later} (format {}): no UDP datagram between those traces can match; \
+             record every node with the same agent",
+            tsync_common::format::VERSION
+        )
+    })
 }
 
 /// Pairs of recordings that share no instant (checked on the merge axis, the nodes' realtime
@@ -462,6 +490,7 @@ pub fn match_files<S: MessageSink + ?Sized>(
     let mut warnings = std::mem::take(&mut reader.warnings);
     stats.out_of_order += streams.iter().map(|st| st.out_of_order).sum::<u64>();
     warnings.extend(overlap_warnings(streams));
+    warnings.extend(udp_hash_versions_warning(streams));
     stats.warnings.extend(warnings);
     stats.warnings.extend(offload_warning(&stats));
     stats.warnings.extend(unmatched_warning(&stats));

@@ -139,6 +139,10 @@ pub struct MatchStats {
     /// synchronization reports them with its own warnings, not in this record's JSON.
     #[serde(skip)]
     pub warnings: Vec<String>,
+    /// Per pair of traces (a < b), the messages a→b and b→a that came from span files (the
+    /// rest came from packets or text lines); reported with each pair.
+    #[serde(skip)]
+    pub from_spans: std::collections::BTreeMap<(u32, u32), [u64; 2]>,
 }
 
 impl MatchStats {
@@ -158,6 +162,11 @@ impl MatchStats {
         self.oversize_unmatched += o.oversize_unmatched;
         self.stacked_copies += o.stacked_copies;
         self.warnings.extend(o.warnings.iter().cloned());
+        for (&pair, counts) in &o.from_spans {
+            let mine = self.from_spans.entry(pair).or_default();
+            mine[0] += counts[0];
+            mine[1] += counts[1];
+        }
     }
 }
 

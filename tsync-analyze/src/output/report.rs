@@ -218,6 +218,8 @@ struct PairDocument {
     #[serde(skip_serializing_if = "Option::is_none")]
     approx_error_ns: Option<f64>,
     b: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    from_spans: Option<FromSpansDocument>,
     hull_points_ab: usize,
     hull_points_ba: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -235,11 +237,23 @@ struct PairDocument {
     span_ns: Option<[i64; 2]>,
 }
 
+/// Where a pair's messages came from, when some came from span files: messages a→b and b→a
+/// from spans; the rest of `messages_ab`/`messages_ba` came from packets (or text lines).
+#[derive(Serialize)]
+struct FromSpansDocument {
+    messages_ab: u64,
+    messages_ba: u64,
+}
+
 impl From<&PairResult> for PairDocument {
     fn from(p: &PairResult) -> Self {
         PairDocument {
             a: p.a,
             b: p.b,
+            from_spans: (p.from_spans != [0, 0]).then_some(FromSpansDocument {
+                messages_ab: p.from_spans[0],
+                messages_ba: p.from_spans[1],
+            }),
             quality: p.quality,
             a0_ns: p.estimate.map(|e| e.offset_ns),
             a1: p.estimate.map(|e| e.drift),
@@ -422,9 +436,20 @@ pub fn to_text(r: &SyncResult) -> String {
     let _ = writeln!(s, "Algorithm: {}", r.algorithm.as_str());
     let _ = writeln!(s, "\nPairs (t_b = a0 + a1·t_a, local ns):");
     for p in &r.pairs {
+        let origin = if p.from_spans == [0, 0] {
+            String::new()
+        } else {
+            format!(
+                " ({} + {} from packets, {} + {} from spans)",
+                p.messages_ab.saturating_sub(p.from_spans[0]),
+                p.messages_ba.saturating_sub(p.from_spans[1]),
+                p.from_spans[0],
+                p.from_spans[1]
+            )
+        };
         let _ = writeln!(
             s,
-            "  {} → {}: {}   messages {} a→b, {} b→a; hull points {} + {}",
+            "  {} → {}: {}   messages {} a→b, {} b→a{origin}; hull points {} + {}",
             name(p.a),
             name(p.b),
             p.quality.as_str(),

@@ -10,6 +10,13 @@
 //! node's CLOCK_REALTIME in ns, counted from the file's epoch ([`SpanFile::epoch_ns`]: f64 maps
 //! would lose 256 ns at today's realtime), so the maps and intervals are in realtime ns since it.
 //!
+//! **Spans with agent traces.** A span node named like an agent trace given in the same run (see
+//! [`join_agent_traces`]) is no trace of its own: its span messages' times, its CLOCK_REALTIME,
+//! go onto that trace's recorded CLOCK_MONOTONIC through the agent's clock samples
+//! ([`RealtimeClock::monotonic_bounds`]), widened by the conversion's bound (a send earlier, a
+//! receive later: still causal), and join the trace's packet messages; a time the samples do not
+//! place for certain (outside them, around a realtime step) drops its message, counted.
+//!
 //! The file is read twice, like a text message file: once when the inputs are opened, for its
 //! nodes (the traces), then for its messages (`read.rs` line by line, `window.rs`: the join of
 //! parents and children within a window of spans). Bad spans are counted and warned about
@@ -18,14 +25,17 @@
 pub(crate) mod json;
 pub mod node;
 mod problems;
+mod proto;
 mod read;
 mod rules;
 mod window;
 
 use std::path::Path;
 
-use crate::input::Source;
+use crate::apply::realtime::{RealtimeClock, RealtimeCursor};
 use crate::input::error::InputError;
+use crate::input::tracefile::read_clock_record;
+use crate::input::{InputSet, Source, SourceKind};
 use crate::matching::MatchStats;
 use crate::model::{Exchange, MatchedMessage, Message, MessageSink, Origin};
 
@@ -58,12 +68,33 @@ impl Default for SpanOptions {
     }
 }
 
-/// True if `prefix` (a file's first bytes) is OTLP/JSON traces: a JSON object whose start
-/// names `resourceSpans` (the Collector's file exporter writes it first).
+/// True if `prefix` (a file's first bytes) is OpenTelemetry traces as the Collector's file
+/// exporter writes them: OTLP/JSON, a JSON object whose start names `resourceSpans` (it is
+/// written first), or OTLP protobuf, a length-prefixed `TracesData` (`proto.rs`).
 pub fn looks_like_spans(prefix: &[u8]) -> bool {
     let text = String::from_utf8_lossy(prefix);
     let text = text.trim_start_matches(['\u{feff}', ' ', '\t', '\r', '\n']);
-    text.starts_with('{') && text.contains("\"resourceSpans\"")
+    (text.starts_with('{') && text.contains("\"resourceSpans\"")) || proto::looks_like_proto(prefix)
+}
+
+/// Why `prefix` (a file's first bytes) is refused as compressed spans: zstd, as the Collector's
+/// file exporter writes with `compression: zstd` (not read); None otherwise.
+pub fn compressed_spans(prefix: &[u8]) -> Option<&'static str> {
+    proto::compressed(prefix)
+}
+
+/// True if `prefix` (a file's first bytes) starts like an OTLP protobuf span file.
+pub(crate) fn is_proto(prefix: &[u8]) -> bool {
+    proto::looks_like_proto(prefix)
+}
+
+/// The name of the span format whose file starts with `prefix`, for `info`.
+pub fn format_name(prefix: &[u8]) -> &'static str {
+    if proto::looks_like_proto(prefix) {
+        "OTLP protobuf spans"
+    } else {
+        "OTLP/JSON spans"
+    }
 }
 
 /// True if `prefix` starts like a JSON object (and so is no text message file).
@@ -83,6 +114,118 @@ pub struct SpanFile {
     /// down to a whole second. The maps work in f64, whose step at today's realtime (1.7·10¹⁸
     /// ns) is 256 ns; counted from the epoch, times keep every nanosecond.
     pub epoch_ns: i64,
+    /// Per node (in the order of `nodes`), the trace its messages go to (empty until the
+    /// inputs are opened: [`InputSet::open_with`](crate::InputSet::open_with) sets it).
+    pub traces: Vec<SpanTrace>,
+}
+
+/// The trace a span node's messages go to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpanTrace {
+    /// A trace of its own, whose clock is the node's CLOCK_REALTIME since the file's epoch.
+    Own(u32),
+    /// The agent trace of the same node: its times go onto the trace's recorded
+    /// CLOCK_MONOTONIC through the agent's clock samples.
+    Agent(u32),
+}
+
+impl SpanTrace {
+    /// The trace's index.
+    pub fn index(self) -> u32 {
+        match self {
+            SpanTrace::Own(k) | SpanTrace::Agent(k) => k,
+        }
+    }
+}
+
+/// The agent trace (index into `traces`) a span node named `name` belongs to: the one agent
+/// trace file whose node name (the header's `node`, `tsync-agent record --node`, by default the
+/// hostname: what `sync` names the trace) is `name`, else the one whose header hostname is
+/// `name`; exact, case-sensitive. None when no agent trace file, or several, match (two
+/// recordings of one name cannot tell which clock the spans read).
+fn agent_trace_named(
+    name: &str,
+    traces: &[crate::input::TraceInfo],
+    sources: &[Source],
+) -> Option<usize> {
+    let agents = || {
+        traces
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| sources[t.source].kind == SourceKind::Trace)
+    };
+    let by_node: Vec<usize> = agents()
+        .filter(|(_, t)| t.name == name)
+        .map(|(i, _)| i)
+        .collect();
+    if !by_node.is_empty() {
+        return (by_node.len() == 1).then(|| by_node[0]);
+    }
+    let by_host: Vec<usize> = agents()
+        .filter(|(_, t)| t.header.as_ref().is_some_and(|h| h.hostname == name))
+        .map(|(i, _)| i)
+        .collect();
+    (by_host.len() == 1).then(|| by_host[0])
+}
+
+/// Joins the span nodes that have an agent trace of their own name ([`agent_trace_named`]) to
+/// it: their traces are removed, every later trace renumbered (`traces`' indices, the sources'
+/// `first_trace`, every span file's [`SpanFile::traces`]). Called once every input is open, so
+/// that the order of the arguments does not matter.
+pub(crate) fn join_agent_traces(sources: &mut [Source], traces: &mut Vec<crate::input::TraceInfo>) {
+    let mut joined: Vec<(usize, SpanTrace)> = Vec::new();
+    for source in sources.iter() {
+        let SourceKind::Spans { file } = &source.kind else {
+            continue;
+        };
+        for (i, node) in file.nodes.iter().enumerate() {
+            let own = file.traces[i].index() as usize;
+            if let Some(agent) = agent_trace_named(&node.name, traces, sources) {
+                joined.push((own, SpanTrace::Agent(agent as u32)));
+            }
+        }
+    }
+    if joined.is_empty() {
+        return;
+    }
+    let mut new_index = vec![None; traces.len()];
+    let mut next = 0u32;
+    for (k, slot) in new_index.iter_mut().enumerate() {
+        if !joined.iter().any(|(own, _)| *own == k) {
+            *slot = Some(next);
+            next += 1;
+        }
+    }
+    let renumber = |t: SpanTrace| match t {
+        SpanTrace::Own(k) => joined
+            .iter()
+            .find(|(own, _)| *own == k as usize)
+            .map_or(t, |(_, agent)| *agent),
+        agent => agent,
+    };
+    let renumbered = |t: SpanTrace| match renumber(t) {
+        SpanTrace::Own(k) => SpanTrace::Own(new_index[k as usize].expect("kept")),
+        SpanTrace::Agent(k) => SpanTrace::Agent(new_index[k as usize].expect("agent traces stay")),
+    };
+    for source in sources.iter_mut() {
+        source.first_trace = new_index[source.first_trace as usize..]
+            .iter()
+            .flatten()
+            .next()
+            .copied()
+            .unwrap_or(next);
+        if let SourceKind::Spans { file } = &mut source.kind {
+            file.traces = file.traces.iter().map(|&t| renumbered(t)).collect();
+        }
+    }
+    let mut k = 0;
+    traces.retain(|_| {
+        k += 1;
+        new_index[k - 1].is_some()
+    });
+    for t in traces.iter_mut() {
+        t.index = new_index[t.index as usize].expect("kept");
+    }
 }
 
 /// Reads a span file once for its nodes and epoch. An error when no resource names a node.
@@ -117,6 +260,7 @@ pub fn scan(path: &Path, options: &SpanOptions) -> Result<SpanFile, InputError> 
         )));
     }
     Ok(SpanFile {
+        traces: (0..found.0.len() as u32).map(SpanTrace::Own).collect(),
         nodes: found.0,
         epoch_ns: found.1.map_or(0, |t| t - t.rem_euclid(1_000_000_000)),
     })
@@ -157,6 +301,25 @@ pub struct SpanStats {
     pub message_events: u64,
     /// Exchanges (a request and its response) formed.
     pub exchanges: u64,
+    /// The nodes whose messages went to the agent trace of the same name, with its name.
+    pub joined: Vec<JoinedNode>,
+    /// Messages dropped because a time of a joined node could not be put on its agent trace's
+    /// clock for certain (outside the agent's clock samples, or around a realtime step).
+    pub off_samples: u64,
+    /// Messages between two nodes joined to one agent trace (one clock), dropped.
+    pub joined_same_trace: u64,
+}
+
+/// A span node whose messages went to an agent trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct JoinedNode {
+    /// The span node's name.
+    pub node: String,
+    /// The agent trace's name.
+    pub trace: String,
+    /// Why its times could not be converted at all (the agent trace holds no clock sample).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unusable: Option<String>,
 }
 
 fn serialize_nodes<S: serde::Serializer>(nodes: &[SpanNode], s: S) -> Result<S::Ok, S::Error> {
@@ -180,12 +343,108 @@ impl SpanStats {
     }
 }
 
-/// Reads a span file's messages into `emit` (trace indices from `first_trace`, in the order of
-/// `file.nodes`, times counted from `file.epoch_ns`); `exchange` gets each request with its
-/// response.
+/// Where one node's messages go, and how its times get there.
+struct Target {
+    trace: u32,
+    convert: Convert,
+}
+
+/// How a node's realtime becomes its trace's clock.
+enum Convert {
+    /// Its own trace: the file's epoch taken off.
+    Epoch,
+    /// An agent trace: through its clock samples.
+    Samples(Box<RealtimeClock>, RealtimeCursor),
+    /// An agent trace without clock samples: nothing can be converted.
+    Unusable,
+}
+
+impl Target {
+    /// A send (`send`) or receive time on the target's clock, moved outward by the
+    /// conversion's bound (a send earlier, a receive later: the message stays causal); None
+    /// where the samples do not place it for certain.
+    fn time(&mut self, t: i64, epoch: i64, send: bool) -> Option<i64> {
+        match &mut self.convert {
+            Convert::Epoch => Some(t - epoch),
+            Convert::Samples(clock, cursor) => {
+                let (lo, hi) = clock.monotonic_bounds(t, cursor)?;
+                Some(if send { lo } else { hi })
+            }
+            Convert::Unusable => None,
+        }
+    }
+}
+
+/// The targets of a file read alone (`info`, the order check): every node its own trace.
+fn own_targets(file: &SpanFile) -> Vec<Target> {
+    (0..file.nodes.len() as u32)
+        .map(|trace| Target {
+            trace,
+            convert: Convert::Epoch,
+        })
+        .collect()
+}
+
+/// The targets of a span file among `inputs`: for each node joined to an agent trace, that
+/// trace's clock samples (read here), and what the statistics say of it.
+fn targets_in(
+    inputs: &InputSet,
+    file: &SpanFile,
+) -> Result<(Vec<Target>, Vec<JoinedNode>), InputError> {
+    let mut targets = Vec::new();
+    let mut joined = Vec::new();
+    for (i, node) in file.nodes.iter().enumerate() {
+        let target = file
+            .traces
+            .get(i)
+            .copied()
+            .unwrap_or(SpanTrace::Own(i as u32));
+        let convert = match target {
+            SpanTrace::Own(_) => Convert::Epoch,
+            SpanTrace::Agent(k) => {
+                let trace = &inputs.traces[k as usize];
+                let path = &inputs.sources[trace.source].path;
+                let record = read_clock_record(path)?;
+                let (convert, unusable) = match RealtimeClock::from_samples(&record.samples) {
+                    Some(c) => (
+                        Convert::Samples(Box::new(c), RealtimeCursor::default()),
+                        None,
+                    ),
+                    None => (
+                        Convert::Unusable,
+                        Some(format!(
+                            "the trace file {} holds no clock sample",
+                            path.display()
+                        )),
+                    ),
+                };
+                joined.push(JoinedNode {
+                    node: node.name.clone(),
+                    trace: trace.name.clone(),
+                    unusable,
+                });
+                convert
+            }
+        };
+        targets.push(Target {
+            trace: target.index(),
+            convert,
+        });
+    }
+    Ok((targets, joined))
+}
+
+/// Reads a span file's messages into `emit` (each node's to its target's trace, times on its
+/// target's clock: counted from `file.epoch_ns`, or converted through an agent trace's
+/// samples); `exchange` gets each request with its response.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the pass's callbacks and its targets"
+)]
 fn read_messages(
     path: &Path,
-    first_trace: u32,
+    targets: Vec<Target>,
+    joined: Vec<JoinedNode>,
     file: &SpanFile,
     options: &SpanOptions,
     message: &mut dyn FnMut(Message, u64),
@@ -203,28 +462,38 @@ fn read_messages(
         stats: SpanStats,
         message: &'a mut dyn FnMut(Message, u64),
         exchange: &'a mut dyn FnMut(Exchange),
-        first_trace: u32,
+        targets: Vec<Target>,
         epoch: i64,
     }
     impl Out<'_> {
         fn emit(&mut self, p: &window::PairOut) {
-            let (parent, child) = (
-                self.first_trace + p.parent_node,
-                self.first_trace + p.child_node,
-            );
             let mut request = None;
             let mut response = None;
             for m in p.messages {
-                let (send_trace, recv_trace) = if m.parent_sends {
-                    (parent, child)
+                let (sender, receiver) = if m.parent_sends {
+                    (p.parent_node, p.child_node)
                 } else {
-                    (child, parent)
+                    (p.child_node, p.parent_node)
+                };
+                let (send_trace, recv_trace) = (
+                    self.targets[sender as usize].trace,
+                    self.targets[receiver as usize].trace,
+                );
+                if send_trace == recv_trace {
+                    self.stats.joined_same_trace += 1;
+                    continue;
+                }
+                let send = self.targets[sender as usize].time(m.send_ns, self.epoch, true);
+                let recv = self.targets[receiver as usize].time(m.recv_ns, self.epoch, false);
+                let (Some(send_ns), Some(recv_ns)) = (send, recv) else {
+                    self.stats.off_samples += 1;
+                    continue;
                 };
                 let msg = Message {
                     send_trace,
                     recv_trace,
-                    send_ns: m.send_ns - self.epoch,
-                    recv_ns: m.recv_ns - self.epoch,
+                    send_ns,
+                    recv_ns,
                 };
                 match m.rule {
                     Rule::Request => {
@@ -277,11 +546,12 @@ fn read_messages(
                 window: options.window,
                 epoch_ns: file.epoch_ns,
                 nodes: file.nodes.clone(),
+                joined,
                 ..SpanStats::default()
             },
             message,
             exchange,
-            first_trace,
+            targets,
             epoch: file.epoch_ns,
         },
     };
@@ -303,7 +573,8 @@ pub fn inspect(path: &Path, options: &SpanOptions) -> Result<SpanStats, InputErr
     let file = scan(path, options)?;
     read_messages(
         path,
-        0,
+        own_targets(&file),
+        Vec::new(),
         &file,
         options,
         &mut |_, _| {},
@@ -330,7 +601,8 @@ pub fn inversions(path: &Path, options: &SpanOptions) -> Result<Inversions, Inpu
     let mut found = Inversions::default();
     read_messages(
         path,
-        0,
+        own_targets(&file),
+        Vec::new(),
         &file,
         options,
         &mut |m, _| {
@@ -343,24 +615,32 @@ pub fn inversions(path: &Path, options: &SpanOptions) -> Result<Inversions, Inpu
     Ok(found)
 }
 
-/// Streams the messages of the span file `source` (what [`scan`] found in it: `file`) to
-/// `sink`, as the matching stage does for every input; each message's origin is the line of
-/// its child span, its times ns since `file.epoch_ns`.
+/// Streams the messages of the span file `source` (one of `inputs`; what [`scan`] found in it:
+/// `file`) to `sink`, as the matching stage does for every input; each message's origin is the
+/// line of its child span, its times ns since `file.epoch_ns` (a node of its own) or on its
+/// agent trace's recorded clock (a joined node). The statistics count, per pair of traces, the
+/// messages that came from spans.
 pub fn for_each_message_in<S: MessageSink + ?Sized>(
+    inputs: &InputSet,
     source: &Source,
     file: &SpanFile,
-    options: &SpanOptions,
     exchanges: bool,
     sink: &mut S,
     progress: &mut dyn FnMut(u64),
 ) -> Result<MatchStats, InputError> {
+    let (targets, joined) = targets_in(inputs, file)?;
     let sink = std::cell::RefCell::new(sink);
+    let mut from_spans = std::collections::BTreeMap::new();
     let stats = read_messages(
         &source.path,
-        source.first_trace,
+        targets,
+        joined,
         file,
-        options,
+        &inputs.spans,
         &mut |message, line| {
+            let (a, b) = (message.send_trace, message.recv_trace);
+            let counts: &mut [u64; 2] = from_spans.entry((a.min(b), a.max(b))).or_default();
+            counts[usize::from(a > b)] += 1;
             sink.borrow_mut().message(&MatchedMessage {
                 message,
                 origin: Origin::TextLine(line),
@@ -378,9 +658,10 @@ pub fn for_each_message_in<S: MessageSink + ?Sized>(
     Ok(MatchStats {
         events: stats.join.spans,
         matched: stats.messages(),
-        same_trace: stats.join.same_node_pairs,
+        same_trace: stats.join.same_node_pairs + stats.joined_same_trace,
         exchanges: if exchanges { stats.exchanges } else { 0 },
         warnings: stats.warnings(),
+        from_spans,
         ..MatchStats::default()
     })
 }

@@ -36,6 +36,34 @@ pub(crate) fn warnings(s: &SpanStats) -> Vec<String> {
         s.message_events,
         s.epoch_ns
     ));
+    if !s.joined.is_empty() {
+        let joined: Vec<String> = s
+            .joined
+            .iter()
+            .map(|j| {
+                if j.node == j.trace {
+                    j.node.clone()
+                } else {
+                    format!("{} (trace {})", j.node, j.trace)
+                }
+            })
+            .collect();
+        w.push(format!(
+            "spans {f}: the nodes {} have agent traces of their own: their span messages' times \
+             went onto those traces' clocks through the agents' realtime samples (widened by the \
+             conversion's bound) and joined their packets; one map per node",
+            joined.join(", ")
+        ));
+    }
+    for j in &s.joined {
+        if let Some(why) = &j.unusable {
+            w.push(format!(
+                "spans {f}: node {}: its span messages were dropped: {why}, so its realtime \
+                 cannot be put on the trace's clock",
+                j.node
+            ));
+        }
+    }
     let mut warn = |n: u64, text: String| {
         if n > 0 {
             w.push(format!("spans {f}: {text}"));
@@ -136,8 +164,26 @@ pub(crate) fn warnings(s: &SpanStats) -> Vec<String> {
         ),
     );
     warn(
+        s.off_samples,
+        format!(
+            "{} messages of nodes with agent traces dropped: a time outside the agent's clock \
+             samples (before its first or after its last), or within reach of a realtime step, \
+             cannot be put on the trace's clock for certain",
+            s.off_samples
+        ),
+    );
+    warn(
+        s.joined_same_trace,
+        format!(
+            "{} messages between span nodes that joined one agent trace (one clock) dropped",
+            s.joined_same_trace
+        ),
+    );
+    warn(
         u64::from(s.cut_short),
-        "the last line is cut short (the file was still being written?): it was not read".into(),
+        "the last line (or protobuf frame) is cut short (the file was still being written?): it \
+         was not read"
+            .into(),
     );
     w
 }

@@ -37,9 +37,12 @@ pub const MAGIC: [u8; 8] = *b"TSYNCTRC";
 /// decode, docs/format.md); version 5 adds the events' `flags` (in the flow table) and `ttl` (a
 /// column of their own), which versions 3 and 4 kept in the extras as two reserved bytes; and
 /// the node's addresses per network namespace (chunk kind 10, [`AddressTable`]), with each
-/// interface's namespace in the header.
-/// [`TraceWriter::with_version`] still writes versions 2 to 4.
-pub const VERSION: u32 = 5;
+/// interface's namespace in the header. Version 6 is version 5 with another digest for the
+/// hashed UDP kinds: [`udp_payload_hash`](crate::udp_payload_hash) of the first 32 payload
+/// bytes, where version 5 hashed 64 with a chained function (so datagrams of a version-5 and a
+/// version-6 trace never match; the analyzer warns when both are given).
+/// [`TraceWriter::with_version`] still writes versions 2 to 5.
+pub const VERSION: u32 = 6;
 /// The oldest version [`TraceWriter::with_version`] still writes (for compatibility tests and
 /// benchmarks against files users already have).
 pub const OLDEST_WRITTEN_VERSION: u32 = 2;

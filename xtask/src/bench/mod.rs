@@ -1,6 +1,6 @@
 //! `cargo xtask bench`: every benchmark, and one Markdown report with the machine they ran on.
 //!
-//! `cargo xtask bench capture`, `analyze`, `apply` and `merge` run one
+//! `cargo xtask bench capture`, `analyze`, `apply`, `merge`, `spans` and `spans-adjuster` run one
 //! benchmark each; with no subcommand, all run and their tables go into
 //! `target/bench/report.md`, after a line that
 //! says which machine, kernel and commit produced them, and before the simulator's accuracy
@@ -20,6 +20,8 @@ pub mod apply;
 pub mod capture;
 mod merge;
 pub mod mesh;
+pub mod spans;
+mod spans_adjuster;
 
 // `analyze` reaches it here.
 use tsync_lab::bench::machine;
@@ -43,6 +45,11 @@ enum Which {
     Apply(apply::Args),
     /// `tsync-analyze merge` of three nodes' applied logs, beside GNU `sort -m`.
     Merge(merge::Args),
+    /// Reading OpenTelemetry span files (OTLP/JSON, protobuf): spans per second (criterion).
+    Spans(spans::Args),
+    /// Spans corrected from themselves: tsync beside a reimplementation of Jaeger's clock-skew
+    /// adjuster's rule, on the same OpenTelemetry SDK spans, against the truth.
+    SpansAdjuster(spans_adjuster::Args),
 }
 
 impl Args {
@@ -53,6 +60,8 @@ impl Args {
             Some(Which::Mesh(args)) => args.run(),
             Some(Which::Apply(args)) => args.run(),
             Some(Which::Merge(args)) => args.run(),
+            Some(Which::Spans(args)) => args.run(),
+            Some(Which::SpansAdjuster(args)) => args.run(),
             None => all(),
         }
     }
@@ -69,10 +78,14 @@ fn all() -> Result<()> {
     defaults::<analyze::Args>()?.run()?;
     defaults::<apply::Args>()?.run()?;
     defaults::<merge::Args>()?.run()?;
+    defaults::<spans::Args>()?.run()?;
+    defaults::<spans_adjuster::Args>()?.run()?;
     let capture = read_table(&root.join("target/bench/capture.md"))?;
     let analyze = read_table(&root.join("target/bench/analyze.md"))?;
     let apply = read_table(&root.join("target/bench/apply.md"))?;
     let merge = read_table(&root.join("target/bench/merge.md"))?;
+    let spans = read_table(&root.join("target/bench/spans.md"))?;
+    let spans_adjuster = read_table(&root.join("target/bench/spans-adjuster.md"))?;
     let accuracy = accuracy()?;
     let report = format!(
         "# tsync benchmarks\n\n\
@@ -82,6 +95,8 @@ fn all() -> Result<()> {
          {analyze}\n\n\
          {apply}\n\n\
          {merge}\n\n\
+         {spans}\n\n\
+         {spans_adjuster}\n\n\
          ## Accuracy on simulated clocks (`cargo xtask simulate --check`)\n\n\
          4 nodes, 50 exchanges/s per connection, one-way delays ≥ 30 µs (±5 µs \
          asymmetry) plus an exponential tail of mean 20 µs; offsets up to ±50 ms, drifts up to \
