@@ -673,7 +673,10 @@ fn bad_spans_are_counted_and_never_paired() {
     let (code, said) = sync_of(d, &format!("{good}{}", &good[..60]));
     // (One call bounds the clocks on one side only: nothing synchronized, status 3.)
     assert_eq!(code, Some(3), "{said}");
-    assert!(said.contains("the last line (or protobuf frame) is cut short"), "{said}");
+    assert!(
+        said.contains("the last line (or protobuf frame) is cut short"),
+        "{said}"
+    );
     // JSON that is not traces, and traces whose resources name no node.
     let (code, said) = sync_of(d, "{\"resourceLogs\": []}\n");
     assert_eq!(code, Some(1));

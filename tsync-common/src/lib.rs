@@ -50,6 +50,28 @@ pub mod flag {
     /// so that the outer send on one node's wire and the outer receive on the other's match by
     /// the packet they carry.
     pub const ENCAPSULATED: u8 = 0x01;
+    /// The other seven bits (format version 6 on): [`netns_tag`](crate::netns_tag) of the
+    /// network namespace the packet was seen in, where the agent records several (`--netns`
+    /// more than once, `--all-netns`); 0 where it records one. Interface indexes repeat across
+    /// namespaces (a pod's `eth0` is often ifindex 2, as is its node's uplink), so an interface
+    /// is its index *and* this tag: without it, a packet leaving a pod by its ifindex 2 and its
+    /// node by ifindex 2 looked sent twice on one interface, a retransmission, and was never
+    /// matched.
+    pub const NETNS_TAG: u8 = 0xfe;
+}
+
+/// The 7-bit tag of network namespace `inum` (its inode number) in an event's
+/// [`flags`](PacketEvent::flags) ([`flag::NETNS_TAG`]): a multiplicative hash, never 0. Two
+/// namespaces may share a tag (1 in 127 pairs); then their interfaces of one index look like
+/// one, and a packet crossing both stays unmatched as if repeated, never wrongly paired.
+///
+/// Not a hash of the device's address, which the hook holds already: the verifier refuses
+/// arithmetic on a kernel pointer other than adding to it.
+#[inline(always)]
+pub const fn netns_tag(inum: u32) -> u8 {
+    let h = (inum.wrapping_mul(0x9E37_79B1) >> 25) as u8;
+    // 1 to 127, in the flag's upper seven bits.
+    (h % 127 + 1) << 1
 }
 
 /// The most network namespaces one agent records by name (`tsync-agent record --netns`): the

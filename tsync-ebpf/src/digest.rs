@@ -98,7 +98,7 @@ impl Ip {
 /// when the outcome is [`Digest::Event`].
 #[inline(always)]
 pub fn write(skb: usize, dir: u8, packet: Packet, ts_ns: u64, w: &mut Words) -> Digest {
-    let Packet { protocol, dev } = packet;
+    let Packet { protocol, dev, tag } = packet;
     // On receive the tracepoint fires before the network header offset is reset, but `data`
     // already points past the link-layer header; on transmit `data` points at the link-layer
     // header and `network_header` is set.
@@ -132,7 +132,7 @@ pub fn write(skb: usize, dir: u8, packet: Packet, ts_ns: u64, w: &mut Words) -> 
     if ip.transport == IPPROTO_TCP {
         let kind = if ip.v6 { kind::TCP6 } else { kind::TCP4 };
         w[1] = seen | u64::from(kind) << 56;
-        tcp(h, protocol, ip, 0, w);
+        tcp(h, protocol, ip, tag, w);
         return Digest::Event;
     }
     // UDP, in a path of its own that shares nothing with TCP's after this point, and placed
@@ -153,10 +153,15 @@ pub fn write(skb: usize, dir: u8, packet: Packet, ts_ns: u64, w: &mut Words) -> 
             let port = u16::from_be(h.at_volatile::<u16>(ip.l4() + 2));
             match tunnel::inner(network, at, linear, port, w) {
                 tunnel::NOT_INNER => {}
-                kind => break 'kind kind,
+                kind => {
+                    // The tunnel's function wrote its flag; the namespace's tag joins it (a
+                    // BPF function takes five arguments, all taken).
+                    w[9] |= u64::from(tag) << 48;
+                    break 'kind kind;
+                }
             }
         }
-        udp(h, protocol, ip, network, at, linear, 0, w).unwrap_or(tunnel::UNREADABLE)
+        udp(h, protocol, ip, network, at, linear, tag, w).unwrap_or(tunnel::UNREADABLE)
     };
     if kind == tunnel::UNREADABLE {
         return Digest::Unreadable;

@@ -53,6 +53,7 @@ use digest::Digest;
 use tsync_common::{
     ETH_P_IP, ETH_P_IPV6, MAX_NETNS, PacketEvent, direction,
     names::{LOG_TARGET, notice},
+    netns_tag,
 };
 
 // Program, map and global names are spelled as in `tsync_common::names` (the macros need
@@ -349,6 +350,9 @@ struct Packet {
     protocol: u16,
     /// The `struct net_device *` it is sent or received on.
     dev: usize,
+    /// [`netns_tag`] of the device's namespace where several are recorded, else 0: the
+    /// event's [`flag::NETNS_TAG`](tsync_common::flag::NETNS_TAG) bits.
+    tag: u8,
 }
 
 /// Submit flag for a record of `bytes`: wake the agent only for the record that makes the waiting
@@ -378,7 +382,9 @@ fn wakeup_flag(bytes: usize) -> u64 {
 /// list's branch. Several namespaces are compared one by one with the frozen list, whose end
 /// (the first 0) the verifier knows too: a few instructions per namespace. A hash map (a
 /// lookup per packet) cost 45–80 ns more per hook run than one namespace, side by side on the
-/// same traffic; the list costs nothing measurable (docs/agent.md).
+/// same traffic; the list costs nothing measurable (docs/agent.md). Where several are
+/// recorded (the list, or all of them), the namespace's inode is loaded anyway, or for the tag
+/// (two loads, with `--all-netns`).
 #[inline(always)]
 fn ours(skb: usize) -> Option<Packet> {
     let protocol = u16::from_be(field::<u16>(skb, global(&SKB_PROTOCOL)));
@@ -395,12 +401,19 @@ fn ours(skb: usize) -> Option<Packet> {
         if net == 0 || field::<u32>(net, global(&NET_NS_INUM)) != want_netns {
             return None;
         }
-    } else if global(&NETNS_LIST[0]) != 0 {
-        let net: usize = field(dev, global(&DEV_ND_NET));
-        if net == 0 {
-            return None;
-        }
-        let inum = field::<u32>(net, global(&NET_NS_INUM)) as usize;
+        return Some(Packet {
+            protocol,
+            dev,
+            tag: 0,
+        });
+    }
+    // Several namespaces: each event says which one it was seen in.
+    let net: usize = field(dev, global(&DEV_ND_NET));
+    if net == 0 {
+        return None;
+    }
+    let inum = field::<u32>(net, global(&NET_NS_INUM));
+    if global(&NETNS_LIST[0]) != 0 {
         let mut i = 0;
         loop {
             if i == MAX_NETNS {
@@ -410,13 +423,17 @@ fn ours(skb: usize) -> Option<Packet> {
             if listed == 0 {
                 return None;
             }
-            if listed == inum {
+            if listed == inum as usize {
                 break;
             }
             i += 1;
         }
     }
-    Some(Packet { protocol, dev })
+    Some(Packet {
+        protocol,
+        dev,
+        tag: netns_tag(inum),
+    })
 }
 
 #[cfg(target_arch = "bpf")]

@@ -196,3 +196,130 @@ fn netns_records_the_namespaces_named_and_the_address_tables_list_every_one() {
         "tables in time order"
     );
 }
+
+/// The interfaces of a node+pods agent's namespaces share indexes: a pod's `eth0`, created in
+/// the pod's namespace as CNI plugins create it, is ifindex 2 there, and so is the node's
+/// uplink in the node's. A datagram from the pod to another node is sent on both. Each event
+/// carries its namespace's tag, so that is one passage through two interfaces, and every
+/// datagram is matched with its reception on the other node; before the namespaces' tags, the two sends
+/// looked like one interface's twice (a retransmission) and nothing matched.
+#[test]
+#[ignore = "needs root: cargo xtask test runs it"]
+fn a_pods_interface_with_its_nodes_index_is_told_apart_by_the_namespace() {
+    assert!(
+        tsync_lab::is_root(),
+        "the namespace tests need root (network namespaces, eBPF); run them as root, as CI does"
+    );
+    let name = unique_name("nx");
+    let node = Netns::create(format!("{name}-node")).unwrap();
+    let pod = Netns::create(format!("{name}-pod")).unwrap();
+    let peer = Netns::create(format!("{name}-peer")).unwrap();
+    // The node's uplink first (ifindex 2 in the node and in the peer), then the pod's veth,
+    // created in the pod (ifindex 2 there; its node end 3).
+    node.ip(&[
+        "link",
+        "add",
+        "up0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "up0",
+        "netns",
+        peer.name(),
+    ])
+    .unwrap();
+    pod.ip(&[
+        "link",
+        "add",
+        "eth0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "vpod",
+        "netns",
+        node.name(),
+    ])
+    .unwrap();
+    for (ns, dev, addr) in [
+        (&node, "up0", "10.203.0.1/24"),
+        (&peer, "up0", "10.203.0.2/24"),
+        (&node, "vpod", "10.203.1.1/24"),
+        (&pod, "eth0", "10.203.1.2/24"),
+    ] {
+        ns.ip(&["addr", "add", addr, "dev", dev]).unwrap();
+        ns.ip(&["link", "set", dev, "up"]).unwrap();
+    }
+    pod.ip(&["route", "add", "default", "via", "10.203.1.1"])
+        .unwrap();
+    peer.ip(&["route", "add", "10.203.1.0/24", "via", "10.203.0.1"])
+        .unwrap();
+    let forwarding = node
+        .command("sysctl")
+        .args(["-qw", "net.ipv4.ip_forward=1"])
+        .status()
+        .unwrap();
+    assert!(forwarding.success());
+    let index = |ns: &Netns, dev: &str| -> u32 {
+        let out = ns
+            .command("cat")
+            .arg(format!("/sys/class/net/{dev}/ifindex"))
+            .output();
+        String::from_utf8(out.unwrap().stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        index(&pod, "eth0"),
+        index(&node, "up0"),
+        "the test needs the pod's eth0 and the node's uplink to share an index"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let files = [dir.path().join("node.tsync"), dir.path().join("peer.tsync")];
+    let bin = tsync_lab::agent_binary().expect("cannot build tsync-agent");
+    let mut cmd = record_command(&bin, None, &files[0]);
+    cmd.args([
+        "--node",
+        "node",
+        "--netns",
+        node.name(),
+        "--netns",
+        pod.name(),
+    ]);
+    let agents = [
+        Agent::start(cmd).unwrap(),
+        Agent::start(record_command(&bin, Some(&peer), &files[1])).unwrap(),
+    ];
+    udp(&pod, "10.203.1.2", "10.203.0.2", 40);
+    for agent in agents {
+        agent.stop_cleanly().unwrap();
+    }
+
+    // Both sends on ifindex 2, told apart by the tag.
+    let mut r = TraceReader::open(&files[0]).unwrap();
+    let mut events: Vec<PacketEvent> = Vec::new();
+    while let Some(chunk) = r.next_events().unwrap() {
+        events.extend_from_slice(chunk);
+    }
+    let tags: std::collections::BTreeSet<u8> = events
+        .iter()
+        .filter(|e| {
+            e.direction == direction::SEND && e.dest == 7000 && e.ifindex == index(&node, "up0")
+        })
+        .map(|e| e.flags & tsync_common::flag::NETNS_TAG)
+        .collect();
+    assert_eq!(tags.len(), 2, "one tag per namespace: {tags:?}");
+    assert!(!tags.contains(&0));
+
+    let inputs = tsync_analyze::InputSet::open(&files).unwrap();
+    let r = tsync_analyze::sync(&inputs, &Default::default(), &mut |_| {}).unwrap();
+    let m = &r.matching;
+    assert_eq!(m.ambiguous_repeated, 0, "{m:?}");
+    // Every datagram the peer received, matched (ARP may hold the first back; none is lost
+    // on a veth).
+    assert!(m.matched >= 38, "{m:?}");
+}

@@ -8,7 +8,10 @@
 //! Such a key is resolved here, once its window is over, from all of its events:
 //!
 //! 1. Per trace, the events must form one passage: all within [`STACKED_COPY_NS`] of the first,
-//!    and no interface seen twice in one direction. Anything else is the packet sent or received
+//!    and no interface seen twice in one direction (an interface: its index and its
+//!    namespace's tag, [`flag::NETNS_TAG`]: a pod's `eth0` and its node's uplink often share
+//!    index 2).
+//!    Anything else is the packet sent or received
 //!    again (a retransmission, a duplicate): the key stays ambiguous ([`Cause::Repeated`]), since
 //!    a reception could then be paired with a later send.
 //! 2. The passages are ordered along the packet's path, from evidence only — never from the
@@ -35,9 +38,7 @@
 //! A key with copies on one trace only is what [`super::keys`] decided before passages: copies
 //! on stacked devices (counted as `stacked_copies`) of a send, a receive, or both (loopback).
 
-use tsync_common::direction;
-#[cfg(doc)]
-use tsync_common::flag;
+use tsync_common::{direction, flag};
 
 use super::STACKED_COPY_NS;
 use super::keys::Seen;
@@ -176,6 +177,12 @@ pub(super) fn resolve(
 /// The passage of `events[start..end]` (one trace's, in file order), or `None` when they are not
 /// one passage of one packet: spread over more than [`STACKED_COPY_NS`], or an interface seen
 /// twice in the same direction.
+/// Whether two events of one trace were seen on one interface: the same index and the same
+/// namespace's tag (0 where the agent recorded one namespace, and before format 6).
+fn same_interface(a: &Seen, b: &Seen) -> bool {
+    a.ifindex == b.ifindex && a.flags & flag::NETNS_TAG == b.flags & flag::NETNS_TAG
+}
+
 fn passage(events: &[Seen], start: usize, end: usize) -> Option<Passage> {
     let run = &events[start..end];
     let first_time = run[0].time;
@@ -193,7 +200,7 @@ fn passage(events: &[Seen], start: usize, end: usize) -> Option<Passage> {
         }
         if run[..k]
             .iter()
-            .any(|o| o.dir == s.dir && o.ifindex == s.ifindex)
+            .any(|o| o.dir == s.dir && same_interface(o, s))
         {
             return None;
         }

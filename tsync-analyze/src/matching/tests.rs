@@ -329,9 +329,9 @@ fn event(packet: u64, trace: u32, send: bool, ts: u64, noise: u64) -> (u32, Pack
     e.tcp_flags = tcp_flag::ACK | if noise & 1 != 0 { tcp_flag::PSH } else { 0 };
     e.cpu = (noise >> 1) as u16 & 3;
     e.ifindex = (noise >> 3) as u32 & 3;
-    // The encapsulation flag varies freely too; the TTL falls by one per trace, as if each
-    // trace's node routed: evidence that orders passages.
-    e.flags = (noise >> 5) as u8 & 1;
+    // The encapsulation flag and the namespace's tag vary freely too; the TTL falls by one per
+    // trace, as if each trace's node routed: evidence that orders passages.
+    e.flags = (noise >> 5) as u8 & 1 | ((noise >> 6) as u8 & 1) << 1;
     e.ttl = 64 - trace as u8;
     e.ts_ns = ts;
     e.direction = if send {

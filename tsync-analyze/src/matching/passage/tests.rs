@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use tsync_common::{direction, flag};
+use tsync_common::{direction, flag, netns_tag};
 
 use super::*;
 
@@ -141,17 +141,33 @@ fn packets_created_or_delivered_on_a_traced_node_order_the_path() {
         ev(2, true, 21 * US, 6, 64, 0),
         ev(1, false, 30 * US, 2, 64, 0),
     ];
-    // Node 0's two sends on ifindex 2 are on different namespaces' devices in reality; on one
-    // trace they are one interface seen twice: a repeat, ambiguous — the safe side.
+    // Node 0's two sends on ifindex 2 are on different namespaces' devices (the pod's eth0, the
+    // node's): without the namespaces' tags (one namespace recorded, or files before format 6)
+    // they are one interface seen twice: a repeat, ambiguous — the safe side.
     assert_eq!(
         resolve(&mut events.clone(), &SRC, &DST, &nobody()),
         Resolution::Ambiguous(Cause::Repeated)
     );
-    events[0].ifindex = 9;
-    // Node 2 is between them, but nothing orders it against... both: first and last are known,
-    // so it is the middle.
-    let r = resolve(&mut events, &SRC, &DST, &nobody());
+    // With the namespaces' tags (format 6, several recorded), two interfaces. Node 2 is between
+    // them, but nothing orders it against... both: first and last are known, so it is the
+    // middle.
+    let (pod, node) = (netns_tag(4_026_532_999), netns_tag(4_026_531_840));
+    assert_ne!(pod, node);
+    events[0].flags = pod;
+    events[1].flags = node;
+    events[2].flags = node;
+    let r = resolve(&mut events.clone(), &SRC, &DST, &nobody());
     assert_eq!(hops(&r), vec![((0, 2), (2, 3)), ((2, 6), (1, 2))]);
+    // A tunnel's flag beside the tag changes nothing of it.
+    events[2].flags |= flag::ENCAPSULATED;
+    let r = resolve(&mut events.clone(), &SRC, &DST, &nobody());
+    assert_eq!(hops(&r), vec![((0, 2), (2, 3)), ((2, 6), (1, 2))]);
+    // The same namespace twice is still a repeat.
+    events[0].flags = node;
+    assert_eq!(
+        resolve(&mut events, &SRC, &DST, &nobody()),
+        Resolution::Ambiguous(Cause::Repeated)
+    );
 }
 
 #[test]
