@@ -10,6 +10,11 @@
 //! * `read_join`: both passes, as `sync` and `info` make them (the second one joins parents and
 //!   children within the window and judges each pair); its spans/s counts each span once.
 //!
+//! * memory (printed once, before the timings): the peak RSS of `tsync-analyze sync` over a
+//!   tenth of the OTLP/JSON file and over all of it, with a window of a twentieth of the spans,
+//!   so that both fill it: memory is bounded by the window, not the file, and the bench fails
+//!   if the whole file takes more than 16 MiB above its tenth.
+//!
 //! The issue's goal is 1 M spans/s on one core. `cargo bench -p tsync-analyze --bench spans`;
 //! `TSYNC_BENCH_SPANS=N` sets the number of spans (100,000 by default), `-- --quick` makes a
 //! short run (`cargo xtask bench spans --quick`), `TSYNC_BENCH_SPANS_DIR=DIR` keeps the files
@@ -201,6 +206,62 @@ fn write(path: &Path, bytes: &[u8]) {
     f.write_all(bytes).expect("write");
 }
 
+/// The peak RSS (KiB) of `tsync-analyze sync FILE --span-window WINDOW`: its `VmHWM`, read
+/// while it runs (the peak `wait4` reports for a child counts this process's own, which the
+/// generated spans make large, from before the child's `exec`).
+fn sync_peak_rss_kib(file: &Path, window: u64) -> u64 {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tsync-analyze"))
+        .arg("sync")
+        .arg(file)
+        .args(["--reference", "node0", "--span-window", &window.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("tsync-analyze");
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak = 0;
+    loop {
+        // Read before checking for the exit: the last reading is taken at the end of its run.
+        let hwm = std::fs::read_to_string(&status).ok().and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        });
+        peak = peak.max(hwm.unwrap_or(0));
+        if let Some(exit) = child.try_wait().expect("wait") {
+            assert!(exit.success(), "tsync-analyze sync failed");
+            return peak;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// Memory bounded by the window: `sync` of a tenth of the file and of all of it, both
+/// filling a window of a twentieth of the spans.
+fn memory(json: &Path, text: &str, spans: u64) {
+    let lines: Vec<&str> = text.lines().collect();
+    let part = json.with_file_name("spans.tenth.jsonl");
+    write(
+        &part,
+        (lines[..lines.len() / 10].join("\n") + "\n").as_bytes(),
+    );
+    let window = (spans / 20).max(1);
+    let (tenth, all) = (
+        sync_peak_rss_kib(&part, window),
+        sync_peak_rss_kib(json, window),
+    );
+    eprintln!(
+        "spans bench: sync's peak RSS with a window of {window} spans: {:.1} MiB for {} spans, \
+         {:.1} MiB for {spans}",
+        tenth as f64 / 1024.0,
+        spans / 10,
+        all as f64 / 1024.0
+    );
+    assert!(
+        all <= tenth + 16 * 1024,
+        "memory grows with the file: {tenth} KiB for a tenth, {all} KiB for all"
+    );
+}
+
 fn read(c: &mut Criterion) {
     let n: usize = std::env::var("TSYNC_BENCH_SPANS")
         .ok()
@@ -214,6 +275,7 @@ fn read(c: &mut Criterion) {
     let proto = dir.join("spans.pb");
     write(&json, text.as_bytes());
     write(&proto, &otlp_proto::file_from_json(&text));
+    memory(&json, &text, spans);
     let options = SpanOptions::default();
     // Both formats give the same spans and pairs.
     let (a, b) = (

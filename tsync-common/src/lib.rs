@@ -97,13 +97,14 @@ pub const UDP_HASHED_BYTES: usize = 32;
 /// tests) compute it with this one function.
 ///
 /// Two chains of multiply-xorshift steps, one over the even words and one over the odd ones,
-/// then one more step over both: the chains do not wait for each other (one chain over the
-/// four words waits for the multiplier four times over), and each step is a bijection of its
-/// state for a given word and of the word for a given state, so any one changed byte changes
-/// the result. The xorshifts bring every bit of a word down before the next multiplication
-/// spreads it up (a plain sum of products would let two words that differ in their top bytes
-/// only cancel out, one time in 256), and the second chain is rotated by half a word before
-/// the two are combined, so that their differences do not line up.
+/// combined by an exclusive or: the chains do not wait for each other (one chain over the four
+/// words waits for the multiplier four times over), and each step is a bijection of its state
+/// for a given word and of the word for a given state, so any one changed byte changes the
+/// result. The xorshifts bring every bit of a word down before the next multiplication spreads
+/// it up (a plain sum of products would let two words that differ in their top bytes only
+/// cancel out, one time in 256), and the second chain is rotated by half a word before the two
+/// are combined, so that their differences do not line up. No step after the combination: the
+/// digest is compared for equality only, and the analyzer hashes its keys itself.
 #[inline(always)]
 pub fn udp_payload_hash(words: &[u64; UDP_HASHED_BYTES / 8], len: u32) -> u64 {
     /// Odd constants: the fractional digits of the golden ratio and of √3, as 64-bit integers.
@@ -115,7 +116,7 @@ pub fn udp_payload_hash(words: &[u64; UDP_HASHED_BYTES / 8], len: u32) -> u64 {
     }
     let even = step(step(u64::from(len) ^ K[0], words[0], K[0]), words[2], K[0]);
     let odd = step(step(K[1], words[1], K[1]), words[3], K[1]);
-    step(even, odd.rotate_left(32), K[0])
+    even ^ odd.rotate_left(32)
 }
 
 /// The `udp_data` of a hashed UDP digest ([`kind::UDP4_HASHED`], [`kind::UDP6_HASHED`]) of a

@@ -31,7 +31,9 @@
 //! Same-node pairs give nothing (one clock: nothing to learn), and every other pairing of
 //! kinds gives nothing either: no order between them is certain.
 
-use super::read::{Kind, MessageEvent, SpanData};
+#[cfg(test)]
+use super::read::SpanData;
+use super::read::{Kind, MessageEvent};
 
 /// What the rules read of a span: kept for every span of the window, so it is small.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +47,7 @@ pub(crate) struct Side {
 }
 
 impl Side {
+    #[cfg(test)]
     pub(crate) fn of(span: &SpanData) -> Side {
         Side {
             kind: span.kind,
