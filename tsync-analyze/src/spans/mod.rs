@@ -23,6 +23,7 @@
 //! (`problems.rs`), never paired.
 
 pub(crate) mod json;
+mod jsonl;
 pub mod node;
 mod problems;
 mod proto;
