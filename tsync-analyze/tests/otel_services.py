@@ -32,6 +32,14 @@ import time
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 NODES = ("node0", "node1", "node2")
+# Every SLOW_EVERY-th root call, node0's first call waits QUEUED_S at node1 before node1's
+# span opens. Queued requests are part of any real trace, and they are what an adjuster that
+# centres children in their parents gets wrong (a child that fits in its long parent keeps its
+# skew), so the comparison with the Jaeger rule does not hang on the machine happening to
+# stall during the test.
+SLOW_EVERY = 25
+QUEUED_S = 0.1
+
 # Which node each path calls, in order.
 CALLS = {
     ("node0", "/root"): [("node1", "/a"), ("node2", "/b")],
@@ -148,14 +156,25 @@ def serve(node, ports, spans_file):
 
     def app(environ, start_response):
         path = environ.get("PATH_INFO", "/")
-        for peer, peer_path in CALLS.get((node, path), []):
+        slow = "slow" in environ.get("QUERY_STRING", "")
+        for k, (peer, peer_path) in enumerate(CALLS.get((node, path), [])):
             host, port = address(ports[peer])
-            r = session.get(f"http://{host}:{port}{peer_path}", timeout=10)
+            query = "?queued=1" if slow and k == 0 else ""
+            r = session.get(f"http://{host}:{port}{peer_path}{query}", timeout=10)
             r.raise_for_status()
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [f"{node}{path} ok\n".encode()]
 
-    server = make_server(*address(ports[node]), OpenTelemetryMiddleware(app, tracer_provider=provider),
+    traced = OpenTelemetryMiddleware(app, tracer_provider=provider)
+
+    def queue(environ, start_response):
+        # A request that waits before its server's span opens (a full accept queue, a busy
+        # worker pool): the client's span grows around a server span that starts late.
+        if "queued" in environ.get("QUERY_STRING", ""):
+            time.sleep(QUEUED_S)
+        return traced(environ, start_response)
+
+    server = make_server(*address(ports[node]), queue,
                          server_class=ThreadingServer, handler_class=QuietHandler)
 
     def stop(*_):
@@ -190,8 +209,9 @@ def drive(spans_file, calls):
         for node in NODES:
             wait_ready(ports[node], deadline)
         session = requests.Session()
-        for _ in range(calls):
-            r = session.get(f"http://127.0.0.1:{ports['node0']}/root", timeout=10)
+        for i in range(calls):
+            query = "?slow=1" if i % SLOW_EVERY == SLOW_EVERY - 1 else ""
+            r = session.get(f"http://127.0.0.1:{ports['node0']}/root{query}", timeout=10)
             r.raise_for_status()
     finally:
         for p in procs:
