@@ -106,7 +106,11 @@ pub(crate) enum Spelling {
 
 /// A `fixed64` time: None when unset (0). Errors say what is wrong with the text.
 pub(crate) fn parse_time(raw: &RawValue) -> Result<Option<(i64, Spelling)>, String> {
-    let text = raw.get();
+    parse_time_text(raw.get())
+}
+
+/// [`parse_time`] of a value's raw text.
+pub(crate) fn parse_time_text(text: &str) -> Result<Option<(i64, Spelling)>, String> {
     let (digits, spelling) = match text.strip_prefix('"') {
         Some(rest) => (rest.strip_suffix('"').unwrap_or(rest), Spelling::String),
         None => (text, Spelling::Number),

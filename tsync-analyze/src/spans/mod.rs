@@ -112,8 +112,8 @@ pub fn looks_like_json_object(prefix: &[u8]) -> bool {
 pub struct SpanFile {
     /// The nodes, in order of first appearance: the file's traces.
     pub nodes: Vec<SpanNode>,
-    /// The realtime (ns) the file's times are counted from: its earliest span start (or end),
-    /// down to a whole second. The maps work in f64, whose step at today's realtime (1.7·10¹⁸
+    /// The realtime (ns) the file's times are counted from: the earliest start (or end) of any
+    /// of its spans, down to a whole second. The maps work in f64, whose step at today's realtime (1.7·10¹⁸
     /// ns) is 256 ns; counted from the epoch, times keep every nanosecond.
     pub epoch_ns: i64,
     /// Per node (in the order of `nodes`), the trace its messages go to (empty until the
@@ -230,30 +230,11 @@ pub(crate) fn join_agent_traces(sources: &mut [Source], traces: &mut Vec<crate::
     }
 }
 
-/// Reads a span file once for its nodes and epoch. An error when no resource names a node.
+/// Reads a span file once for its nodes and epoch ([`read::scan_spans`]). An error when no
+/// resource names a node.
 pub fn scan(path: &Path, options: &SpanOptions) -> Result<SpanFile, InputError> {
-    struct Scan(Vec<SpanNode>, Option<i64>);
-    impl SpanVisitor for Scan {
-        fn resource(&mut self, node: Option<(String, &str)>, _spans: u64) -> Option<u32> {
-            let (name, attribute) = node?;
-            if !self.0.iter().any(|n| n.name == name) {
-                self.0.push(SpanNode {
-                    name,
-                    attribute: attribute.to_string(),
-                });
-            }
-            Some(0)
-        }
-        fn span(&mut self, _node: u32, span: SpanData, _line: u64) {
-            for t in [span.start, span.end].into_iter().flatten() {
-                self.1 = Some(self.1.map_or(t, |e: i64| e.min(t)));
-            }
-        }
-        fn without_id(&mut self) {}
-    }
-    let mut found = Scan(Vec::new(), None);
-    read::read_spans(path, &options.attribution, &mut found, &mut |_| {})?;
-    if found.0.is_empty() {
+    let found = read::scan_spans(path, &options.attribution)?;
+    if found.nodes.is_empty() {
         return Err(InputError::Invalid(format!(
             "{}: no resource of the span file has {}, so no span has a node; \
              --node-attribute KEY names the resource attribute that does",
@@ -262,9 +243,15 @@ pub fn scan(path: &Path, options: &SpanOptions) -> Result<SpanFile, InputError> 
         )));
     }
     Ok(SpanFile {
-        traces: (0..found.0.len() as u32).map(SpanTrace::Own).collect(),
-        nodes: found.0,
-        epoch_ns: found.1.map_or(0, |t| t - t.rem_euclid(1_000_000_000)),
+        traces: (0..found.nodes.len() as u32).map(SpanTrace::Own).collect(),
+        nodes: found
+            .nodes
+            .into_iter()
+            .map(|(name, attribute)| SpanNode { name, attribute })
+            .collect(),
+        epoch_ns: found
+            .earliest
+            .map_or(0, |t| t - t.rem_euclid(1_000_000_000)),
     })
 }
 
@@ -531,6 +518,9 @@ fn read_messages(
         }
         fn without_id(&mut self) {
             self.out.stats.without_id += 1;
+        }
+        fn ahead(&mut self, spans: &[Option<SpanData>]) {
+            self.joiner.ahead(spans);
         }
     }
     let mut pass = Pass {

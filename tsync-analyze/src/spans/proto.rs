@@ -47,8 +47,8 @@ use prost::Message;
 
 use super::node::NodeAttribution;
 use super::read::{
-    Attribute, Kind, ReadCounts, SpanData, SpanParts, SpanVisitor, is_message_event, message_event,
-    node_of,
+    Attribute, Found, Kind, ReadCounts, SpanData, SpanParts, SpanVisitor, is_message_event,
+    message_event, node_of,
 };
 use crate::input::error::InputError;
 
@@ -254,10 +254,48 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 /// `visitor`; a span's `line` is its frame's number, from 1.
 pub(crate) fn read_frames(
     path: &Path,
-    mut reader: BufReader<File>,
+    reader: BufReader<File>,
     attribution: &NodeAttribution,
     visitor: &mut dyn SpanVisitor,
     progress: &mut dyn FnMut(u64),
+) -> Result<ReadCounts, InputError> {
+    each_frame(path, reader, progress, &mut |data, number| {
+        visit(data, attribution, visitor, number)
+    })
+}
+
+/// The first pass over the protobuf span file `path`: its nodes and the earliest time of any
+/// span (the frames decoded: a protobuf frame is not searched for keys as JSON is).
+pub(crate) fn scan_frames(
+    path: &Path,
+    reader: BufReader<File>,
+    attribution: &NodeAttribution,
+) -> Result<Found, InputError> {
+    let mut found = Found::default();
+    each_frame(path, reader, &mut |_| {}, &mut |data, _| {
+        for rs in &data.resource_spans {
+            found.node(
+                rs.resource.as_ref().and_then(|r| {
+                    node_of(attribution, r.attributes.iter().map(KeyValue::attribute))
+                }),
+            );
+            for span in rs.scope_spans.iter().flat_map(|s| &s.spans) {
+                found.time(time(span.start_time_unix_nano)?);
+                found.time(time(span.end_time_unix_nano)?);
+            }
+        }
+        Ok(())
+    })?;
+    Ok(found)
+}
+
+/// Decodes every frame of `reader` (the file at `path`) and hands each to `each` with its
+/// number (from 1); what `each` refuses is an error naming the frame.
+fn each_frame(
+    path: &Path,
+    mut reader: BufReader<File>,
+    progress: &mut dyn FnMut(u64),
+    each: &mut dyn FnMut(TracesData, u64) -> Result<(), String>,
 ) -> Result<ReadCounts, InputError> {
     let mut counts = ReadCounts::default();
     let mut offset = 0u64;
@@ -315,8 +353,7 @@ pub(crate) fn read_frames(
                 format_args!("not an OTLP `TracesData` message ({e})"),
             )
         })?;
-        visit(data, attribution, visitor, number)
-            .map_err(|what| frame_error(path, number, offset, what))?;
+        each(data, number).map_err(|what| frame_error(path, number, offset, what))?;
         counts.lines += 1;
         offset += 4 + len;
     }

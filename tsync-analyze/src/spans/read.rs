@@ -43,7 +43,11 @@ impl Kind {
     /// A kind as OTLP/JSON writes it (an integer), or as some encoders do (the enum's name,
     /// with or without `SPAN_KIND_`).
     pub(super) fn parse(raw: &RawValue) -> Result<Kind, String> {
-        let text = raw.get();
+        Kind::parse_text(raw.get())
+    }
+
+    /// [`Kind::parse`] of a value's raw text.
+    pub(super) fn parse_text(text: &str) -> Result<Kind, String> {
         let name = text.trim_matches('"');
         let name = name.strip_prefix("SPAN_KIND_").unwrap_or(name);
         Ok(match name {
@@ -105,6 +109,9 @@ pub(crate) trait SpanVisitor {
     fn span(&mut self, node: u32, span: SpanData, line: u64);
     /// A span without a trace id or span id (it cannot be paired).
     fn without_id(&mut self);
+    /// The spans about to come (a line's or frame's): a chance to bring what they will touch
+    /// into the cache together.
+    fn ahead(&mut self, _spans: &[Option<SpanData>]) {}
 }
 
 /// What reading found that is not a span.
@@ -133,6 +140,45 @@ pub(crate) fn read_spans(
         return super::proto::read_frames(path, reader, attribution, visitor, progress);
     }
     super::jsonl::read_lines(path, reader, attribution, visitor, progress)
+}
+
+/// What the first pass over a span file finds: the nodes in order of first appearance, with
+/// the attribute that named each, and the earliest start or end of any span.
+#[derive(Debug, Default)]
+pub(crate) struct Found {
+    pub(crate) nodes: Vec<(String, String)>,
+    pub(crate) earliest: Option<i64>,
+}
+
+impl Found {
+    /// A node named by a resource.
+    pub(crate) fn node(&mut self, node: Option<(String, &str)>) {
+        if let Some((name, attribute)) = node
+            && !self.nodes.iter().any(|(n, _)| *n == name)
+        {
+            self.nodes.push((name, attribute.to_string()));
+        }
+    }
+
+    /// A span's start or end (None: unset).
+    pub(crate) fn time(&mut self, t: Option<i64>) {
+        if let Some(t) = t {
+            self.earliest = Some(self.earliest.map_or(t, |e| e.min(t)));
+        }
+    }
+}
+
+/// The first pass over the span file `path`: its nodes and earliest time, without reading its
+/// spans (a search for keys in OTLP/JSON, the frames decoded in protobuf). A file that is not
+/// spans is the second pass's to report.
+pub(crate) fn scan_spans(path: &Path, attribution: &NodeAttribution) -> Result<Found, InputError> {
+    let file = std::fs::File::open(path).map_err(|e| InputError::io(path, e))?;
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let prefix = reader.fill_buf().map_err(|e| InputError::io(path, e))?;
+    if super::proto::looks_like_proto(prefix) {
+        return super::proto::scan_frames(path, reader, attribution);
+    }
+    super::jsonl::scan_lines(reader, attribution).map_err(|e| InputError::io(path, e))
 }
 
 /// An attribute's value, as the rules read it, whatever the format said it in.

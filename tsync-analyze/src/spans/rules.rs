@@ -33,6 +33,8 @@
 
 #[cfg(test)]
 use super::read::SpanData;
+use std::num::NonZeroI64;
+
 use super::read::{Kind, MessageEvent};
 
 /// What the rules read of a span: kept for every span of the window, so it is small.
@@ -41,8 +43,10 @@ pub(crate) struct Side {
     pub(crate) kind: Kind,
     /// The span's status is ERROR.
     pub(crate) error: bool,
-    pub(crate) start: Option<i64>,
-    pub(crate) end: Option<i64>,
+    /// Start and end, ns on the node's CLOCK_REALTIME (never 0: OTLP's "unset"), in 8 bytes
+    /// each.
+    pub(crate) start: Option<NonZeroI64>,
+    pub(crate) end: Option<NonZeroI64>,
     pub(crate) messages: Box<[MessageEvent]>,
 }
 
@@ -52,8 +56,8 @@ impl Side {
         Side {
             kind: span.kind,
             error: span.error,
-            start: span.start,
-            end: span.end,
+            start: span.start.and_then(NonZeroI64::new),
+            end: span.end.and_then(NonZeroI64::new),
             messages: span.messages.clone().into_boxed_slice(),
         }
     }
@@ -114,15 +118,17 @@ pub(crate) fn pair_messages(
     out: &mut Vec<PairMessage>,
 ) -> PairNotes {
     let mut notes = PairNotes::default();
-    let mut push = |rule, parent_sends, send: Option<i64>, recv: Option<i64>| match (send, recv) {
-        (Some(send_ns), Some(recv_ns)) => out.push(PairMessage {
-            rule,
-            parent_sends,
-            send_ns,
-            recv_ns,
-        }),
-        _ => notes.unset_time = true,
-    };
+    let mut push =
+        |rule, parent_sends, send: Option<NonZeroI64>, recv: Option<NonZeroI64>| match (send, recv)
+        {
+            (Some(send), Some(recv)) => out.push(PairMessage {
+                rule,
+                parent_sends,
+                send_ns: send.get(),
+                recv_ns: recv.get(),
+            }),
+            _ => notes.unset_time = true,
+        };
     match (relation, parent.kind, child.kind) {
         (Relation::Parent, Kind::Client, Kind::Server) => {
             push(Rule::Request, true, parent.start, child.start);

@@ -13,6 +13,7 @@
 //! remembering every id, which the bound forbids).
 
 use std::collections::VecDeque;
+use std::num::{NonZeroI64, NonZeroU64};
 
 use rustc_hash::FxHashMap;
 
@@ -61,8 +62,8 @@ pub struct JoinCounts {
 /// A span kept in the window. Every field counts: the window holds many of them.
 struct Entry {
     line: u64,
-    /// The parent's span id (same trace).
-    parent: Option<u64>,
+    /// The parent's span id (same trace; never 0, OpenTelemetry's invalid id).
+    parent: Option<NonZeroU64>,
     node: u32,
     /// SERVER children joined to this span (the response rule's condition).
     servers: u32,
@@ -219,8 +220,8 @@ impl Joiner {
         let side = Side {
             kind: span.kind,
             error: span.error,
-            start: span.start,
-            end: span.end,
+            start: span.start.and_then(NonZeroI64::new),
+            end: span.end.and_then(NonZeroI64::new),
             messages: std::mem::take(&mut span.messages).into_boxed_slice(),
         };
         let seq = self.first + self.kept.len() as u64;
@@ -229,7 +230,7 @@ impl Joiner {
             let kept = slot.kept;
             let first = self.kept_mut(kept).expect("a span of the window");
             if first.node == node
-                && first.parent == span.parent
+                && first.parent == span.parent.and_then(NonZeroU64::new)
                 && first.links == links
                 && first.span == side
             {
@@ -246,7 +247,7 @@ impl Joiner {
         self.counts.without_kind += u64::from(side.kind == Kind::Unspecified);
         self.kept.push_back(Entry {
             line,
-            parent: span.parent,
+            parent: span.parent.and_then(NonZeroU64::new),
             node,
             servers: 0,
             span: side,
@@ -304,6 +305,20 @@ impl Joiner {
         while self.kept.len() > self.window {
             self.evict_oldest(emit);
         }
+    }
+
+    /// Looks up the ids `spans` will look up when they come (their own, their parents'), all
+    /// at once: each lookup misses the cache (the table is as large as the window), and
+    /// independent misses overlap, where one span's lookups wait for the previous span's.
+    pub(crate) fn ahead(&self, spans: &[Option<SpanData>]) {
+        let mut found = 0u32;
+        for s in spans.iter().flatten() {
+            found += u32::from(self.index.contains_key(&s.key));
+            if let Some(p) = s.parent {
+                found += u32::from(self.index.contains_key(&(s.key.0, p)));
+            }
+        }
+        std::hint::black_box(found);
     }
 
     /// Judges every pair still open (at the end of the file).
@@ -567,6 +582,17 @@ mod tests {
         assert_eq!((c.backwards, c.unset_times), (1, 1));
     }
 
+    /// The window holds an entry per span: its size is the join's memory, and its time (each
+    /// entry is written once and read back when it leaves).
+    #[test]
+    fn an_entry_stays_small() {
+        assert!(
+            std::mem::size_of::<Entry>() <= 208,
+            "{}",
+            std::mem::size_of::<Entry>()
+        );
+    }
+
     proptest::proptest! {
         /// Against the naive join of every parent with every child: with a window holding the
         /// whole file the messages are exactly the naive ones, whatever the order of the spans
@@ -584,7 +610,8 @@ mod tests {
             // The responses a window too small to hold every SERVER child may give.
             let mut possible = Vec::new();
             for (i, &(a, b, latency, repeat, second)) in calls.iter().enumerate() {
-                let t = i as i64 * 1_000_000;
+                // From 1 ms: a time of 0 is OTLP's "unset".
+                let t = (i as i64 + 1) * 1_000_000;
                 let (c, sv, sv2) = (3 * i as u64 + 1, 3 * i as u64 + 2, 3 * i as u64 + 3);
                 let client = span(c, None, Kind::Client, t, t + 3 * latency);
                 let server = span(sv, Some(c), Kind::Server, t + latency, t + 5 * latency);

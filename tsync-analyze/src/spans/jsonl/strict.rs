@@ -1,72 +1,20 @@
-//! OTLP/JSON span files, one `TracesData` object per line, as the Collector's file exporter
-//! writes them: the lines handed out in place ([`Lines`]), each parsed once into pieces
-//! borrowed from it (serde structs of `&str`, `Cow` and raw values; the members not needed
-//! skipped unbuilt), hex ids decoded straight into integers, and every span handed to the
-//! [`SpanVisitor`] as [`SpanData`], as protobuf's frames are (`proto.rs`).
-//!
-//! A line that is not OTLP/JSON traces is an error naming `file:line`, except a last line
-//! without its newline that does not parse: the file was cut short while it was written (a
-//! Collector still running, a copy taken too early), which is counted and warned about.
+//! The reference reading of an OTLP/JSON line: serde_json parses it once into pieces borrowed
+//! from it (structs of `&str`, `Cow` and raw values; the members not needed skipped unbuilt),
+//! hex ids decoded straight into integers. Every line the fast reading (`skim.rs`) does not take
+//! comes here, and every error about a line is said here: what serde_json accepts is what a span
+//! file may hold.
 
 use std::borrow::Cow;
-use std::io::BufRead;
-use std::path::Path;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
-use super::json::{Members, parse_time};
-use super::node::NodeAttribution;
-use super::read::{
-    Attribute, Kind, ReadCounts, SpanData, SpanParts, SpanVisitor, is_message_event, message_event,
-    node_of,
+use crate::spans::json::{Members, parse_time};
+use crate::spans::node::NodeAttribution;
+use crate::spans::read::{
+    Attribute, Kind, SpanData, SpanParts, SpanVisitor, is_message_event, message_event, node_of,
 };
-use crate::input::error::InputError;
-
-/// Reads the OTLP/JSON lines of `reader` (the file at `path`) into `visitor`.
-pub(super) fn read_lines(
-    path: &Path,
-    reader: impl BufRead,
-    attribution: &NodeAttribution,
-    visitor: &mut dyn SpanVisitor,
-    progress: &mut dyn FnMut(u64),
-) -> Result<ReadCounts, InputError> {
-    let mut counts = ReadCounts::default();
-    let mut lines = Lines::new(reader);
-    let mut number = 0u64;
-    while let Some(line) = lines.next().map_err(|e| InputError::io(path, e))? {
-        let n = line.len();
-        counts.bytes += n as u64;
-        progress(n as u64);
-        number += 1;
-        let complete = line.last() == Some(&b'\n');
-        let text = match std::str::from_utf8(line) {
-            Ok(t) => t.trim(),
-            Err(e) if complete => {
-                return Err(InputError::spans(
-                    path,
-                    number,
-                    format!("not UTF-8 text ({e}); is it OTLP/JSON?"),
-                ));
-            }
-            Err(_) => {
-                counts.cut_short = true;
-                break;
-            }
-        };
-        if text.is_empty() {
-            continue;
-        }
-        match read_line(text, attribution, visitor, number) {
-            Ok(()) => counts.lines += 1,
-            // A last line without its newline that does not parse: the file was cut short.
-            Err(_) if !complete => counts.cut_short = true,
-            Err(what) => return Err(InputError::spans(path, number, what)),
-        }
-    }
-    Ok(counts)
-}
 
 /// One `TracesData` line, parsed in one pass into borrowed pieces: ids, names and attribute
 /// keys point into the line (a `Cow` owns only a string with escapes), times and kinds stay raw
@@ -93,9 +41,9 @@ struct ResourceSpans<'a> {
 }
 
 #[derive(Deserialize)]
-struct Resource<'a> {
+pub(super) struct Resource<'a> {
     #[serde(default, borrow)]
-    attributes: Vec<KeyValueRef<'a>>,
+    pub(super) attributes: Vec<KeyValueRef<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -152,7 +100,7 @@ struct Status<'a> {
 
 /// An attribute borrowed from the line: [`KeyValue`]'s reading without its allocations.
 #[derive(Deserialize)]
-struct KeyValueRef<'a> {
+pub(super) struct KeyValueRef<'a> {
     #[serde(borrow)]
     key: Cow<'a, str>,
     #[serde(default, borrow)]
@@ -197,7 +145,7 @@ impl<'de> Deserialize<'de> for IntRef {
 
 impl<'a> KeyValueRef<'a> {
     /// The attribute as an [`Attribute`] of the format-neutral rules.
-    fn attribute(&self) -> (&str, Attribute<'_>) {
+    pub(super) fn attribute(&self) -> (&str, Attribute<'_>) {
         let value = match &self.value {
             Some(AnyValueRef {
                 string_value: Some(s),
@@ -213,69 +161,8 @@ impl<'a> KeyValueRef<'a> {
     }
 }
 
-/// The lines of a file, each one handed out in place, in a buffer that holds at least the
-/// longest (no copy of each line, as `read_until` makes).
-struct Lines<R> {
-    reader: R,
-    buf: Vec<u8>,
-    /// The next line's start, the end of what was read, and how far a newline was looked for.
-    start: usize,
-    end: usize,
-    scanned: usize,
-    eof: bool,
-}
-
-impl<R: std::io::Read> Lines<R> {
-    fn new(reader: R) -> Self {
-        Self::with_capacity(reader, 4 << 20)
-    }
-
-    fn with_capacity(reader: R, capacity: usize) -> Self {
-        Lines {
-            reader,
-            buf: vec![0; capacity.max(1)],
-            start: 0,
-            end: 0,
-            scanned: 0,
-            eof: false,
-        }
-    }
-
-    /// The next line with its newline (the last one may have none); None at the end.
-    fn next(&mut self) -> std::io::Result<Option<&[u8]>> {
-        loop {
-            if let Some(i) = memchr::memchr(b'\n', &self.buf[self.scanned..self.end]) {
-                let line = self.start..self.scanned + i + 1;
-                self.start = line.end;
-                self.scanned = line.end;
-                return Ok(Some(&self.buf[line]));
-            }
-            self.scanned = self.end;
-            if self.eof {
-                let line = self.start..self.end;
-                self.start = self.end;
-                return Ok((!line.is_empty()).then(|| &self.buf[line]));
-            }
-            // The start of a line: moved to the front, with room after it to read into.
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.scanned = self.end;
-            self.start = 0;
-            if self.end == self.buf.len() {
-                self.buf.resize(2 * self.buf.len(), 0);
-            }
-            match self.reader.read(&mut self.buf[self.end..]) {
-                Ok(0) => self.eof = true,
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
 /// One `TracesData` line.
-fn read_line(
+pub(super) fn read_line(
     text: &str,
     attribution: &NodeAttribution,
     visitor: &mut dyn SpanVisitor,
@@ -339,7 +226,7 @@ fn diagnose(text: &str) -> Option<String> {
 }
 
 /// The value of each hex digit, 0xff for any other byte.
-const HEX: [u8; 256] = {
+pub(super) const HEX: [u8; 256] = {
     let mut t = [0xff; 256];
     let mut i = 0;
     while i < 10 {
@@ -356,7 +243,7 @@ const HEX: [u8; 256] = {
 };
 
 /// Hex digits (at most 32) as an integer, 16 digits at a time; None if one is not hex.
-fn hex(digits: &[u8]) -> Option<u128> {
+pub(super) fn hex(digits: &[u8]) -> Option<u128> {
     let mut v = 0u128;
     for chunk in digits.chunks(16) {
         let mut w = 0u64;
@@ -417,11 +304,10 @@ fn span_data(span: Span) -> Result<Option<SpanData>, String> {
             links.push((t, s as u64));
         }
     }
-    // STATUS_CODE_ERROR is 2 (some encoders write its name).
-    let error = span.status.and_then(|s| s.code).is_some_and(|c| {
-        let c = c.get();
-        c == "2" || (c.starts_with('"') && c.trim_matches('"').ends_with("ERROR"))
-    });
+    let error = span
+        .status
+        .and_then(|s| s.code)
+        .is_some_and(|c| is_error_code(c.get()));
     Ok(SpanData::new(SpanParts {
         trace_id: hex_id(span.trace_id.as_ref(), 16, "traceId")?,
         span_id: hex_id(span.span_id.as_ref(), 8, "spanId")?,
@@ -439,25 +325,13 @@ fn span_data(span: Span) -> Result<Option<SpanData>, String> {
     }))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Whether a status `code` (its raw text) is STATUS_CODE_ERROR: 2, or its name as some encoders
+/// write it.
+pub(super) fn is_error_code(text: &str) -> bool {
+    text == "2" || (text.starts_with('"') && text.trim_matches('"').ends_with("ERROR"))
+}
 
-    #[test]
-    fn lines_come_whole_whatever_the_buffer() {
-        for text in ["", "a\n", "a\nbb\n\nccccccc", "long line of text\nx\n"] {
-            for capacity in [1, 2, 3, 5, 64] {
-                let mut lines = Lines::with_capacity(text.as_bytes(), capacity);
-                let mut got = Vec::new();
-                while let Some(line) = lines.next().unwrap() {
-                    got.push(String::from_utf8(line.to_vec()).unwrap());
-                }
-                assert_eq!(
-                    got,
-                    text.split_inclusive('\n').collect::<Vec<_>>(),
-                    "{capacity}"
-                );
-            }
-        }
-    }
+/// Whether `line` parses as a `TracesData` line (whatever its spans hold).
+pub(super) fn is_traces_data(line: &[u8]) -> bool {
+    serde_json::from_slice::<TracesData>(line).is_ok_and(|t| t.resource_spans.is_some())
 }
