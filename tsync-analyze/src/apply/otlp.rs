@@ -1,6 +1,7 @@
-//! OpenTelemetry traces in OTLP/JSON, as the Collector's file exporter writes them: one
-//! `TracesData` object per line (`resourceSpans` → `scopeSpans` → `spans`), spans of many nodes
-//! in one file. Each resource's node comes from one of its attributes (`host.name`, else
+//! OpenTelemetry traces as the Collector's file exporter writes them: OTLP/JSON, one
+//! `TracesData` object per line (`resourceSpans` → `scopeSpans` → `spans`), or OTLP protobuf,
+//! length-prefixed `TracesData` messages (`otlp/proto.rs`), spans of many nodes in one file; the
+//! output is in the encoding of the input. Each resource's node comes from one of its attributes (`host.name`, else
 //! `k8s.node.name`, else `service.instance.id` by default: `crate::spans::node`);
 //! each span's `startTimeUnixNano` and `endTimeUnixNano` and each span event's `timeUnixNano` are
 //! mapped through that node's map (the only timestamps a trace has: links, status, resource and
@@ -12,7 +13,10 @@
 //! (unknown fields, attribute order, ids, number spellings), and a mapped time keeps the form it
 //! had (the canonical decimal string of OTLP/JSON, or a number). Memory is that of one line.
 //! The OTLP/JSON pieces (members as raw text, attributes, times) are those `sync` reads span
-//! files with (`crate::spans::json`): both accept the same files.
+//! files with (`crate::spans::json`): both accept the same files. Protobuf is walked on the wire
+//! the same way (`otlp/proto.rs`: every field but the times copied as its bytes). What a span
+//! and an event become, their mapped times and their attributes, is computed once for both
+//! encodings ([`Rewriter::span_rewrite`]).
 //!
 //! **Unknown nodes.** A resource whose node attribute names no trace of the inputs, or has no such
 //! attribute, is copied unchanged and its spans counted, so the summary can name it.
@@ -25,6 +29,8 @@ use serde_json::value::RawValue;
 use super::{ApplyError, CommonTimebase, Mapped, NodeClock, NodeMapper};
 use crate::spans::NodeAttribution;
 use crate::spans::json::{KeyValue, Members, Spelling, array, attributes, parse_time};
+
+mod proto;
 
 /// Every attribute `apply --format otlp` adds (span attributes, then span-event attributes).
 pub const ATTRIBUTES: [&str; 14] = [
@@ -626,6 +632,7 @@ fn uncertainty<'m>(times: impl Iterator<Item = &'m Mapped>) -> Option<i64> {
 }
 
 /// Why a line (protobuf: a frame) failed: its own fault (text), or the maps'.
+#[derive(Debug)]
 enum LineFailure {
     Text(String),
     Apply(ApplyError),
@@ -649,8 +656,11 @@ impl From<ApplyError> for LineFailure {
     }
 }
 
-/// Rewrites an OTLP/JSON traces stream (one `TracesData` per line; blank lines passed through).
-/// `name` names the input in errors (`name:line: …`).
+/// Rewrites an OTLP traces stream: OTLP/JSON (one `TracesData` per line; blank lines passed
+/// through) or OTLP protobuf (length-prefixed `TracesData` frames: `otlp/proto.rs`), told apart
+/// by its first bytes as `sync` tells them apart, and written in the encoding it came in;
+/// zstd-compressed spans are refused. `name` names the input in errors (`name:line: …`,
+/// `name: frame N at byte OFFSET: …`).
 pub fn apply_otlp<R: BufRead, W: Write>(
     mut input: R,
     name: &str,
@@ -662,13 +672,14 @@ pub fn apply_otlp<R: BufRead, W: Write>(
     let head = input
         .fill_buf()
         .map_err(|e| ApplyError::io(format!("cannot read {name}"), e))?;
-    if crate::spans::is_proto(head) {
-        return Err(ApplyError::Events(format!(
-            "{name}: OTLP protobuf spans; `apply --format otlp` rewrites OTLP/JSON only (the \
-             Collector's file exporter writes it with `format: json`); `sync` reads both"
-        )));
+    if let Some(why) = crate::spans::compressed_spans(head) {
+        return Err(ApplyError::Events(format!("{name}: {why}")));
     }
-    rw.lines(input, name, &mut out)?;
+    if crate::spans::is_proto(head) {
+        rw.frames(input, name, &mut out)?;
+    } else {
+        rw.lines(input, name, &mut out)?;
+    }
     out.flush()
         .map_err(|e| ApplyError::io("cannot write the output", e))?;
     Ok(rw.finish())

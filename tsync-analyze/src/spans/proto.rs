@@ -37,6 +37,8 @@
 //! the end of the file, where what is there starts like a `TracesData`) is the file cut short
 //! while it was written: counted and warned about, the frames before it used. A length running
 //! past the end after which comes no `TracesData` is an error (a corrupt length, not a cut).
+//! `apply --format otlp` reads the frames with the same [`Frames`] and words its errors with
+//! the same [`frame_message`] (`apply/otlp/proto.rs`, which rewrites them on the wire).
 
 use std::fs::File;
 use std::io::{BufReader, Read};
@@ -390,6 +392,16 @@ pub(crate) fn read_frames(
     Ok(counts)
 }
 
+/// The node the `Resource` message `resource` names by `attribution`'s rule ([`node_of`]), for
+/// `apply`'s rewriter, which copies the message and only reads it.
+pub(crate) fn resource_node(
+    attribution: &NodeAttribution,
+    resource: &[u8],
+) -> Result<Option<String>, prost::DecodeError> {
+    let r = Resource::decode(resource)?;
+    Ok(node_of(attribution, r.attributes.iter().map(KeyValue::attribute)).map(|(name, _)| name))
+}
+
 /// One frame's spans, to the visitor.
 fn visit(
     data: TracesData,
@@ -433,7 +445,7 @@ fn id(bytes: &[u8], len: usize, what: &str) -> Result<Option<u128>, String> {
 }
 
 /// A `fixed64` time: None when unset (0).
-fn time(t: u64) -> Result<Option<i64>, String> {
+pub(crate) fn time(t: u64) -> Result<Option<i64>, String> {
     if t == 0 {
         return Ok(None);
     }
