@@ -1,9 +1,12 @@
 //! `tsync-analyze apply --format otlp`: OpenTelemetry spans of several nodes in one OTLP/JSON
 //! file land exactly where `apply --format jsonl` puts the same stamps, every span and span event
 //! carries its original time and a guaranteed interval that holds the truth, everything else is
-//! kept as it was, and the OpenTelemetry project's own protobuf definitions read the result.
+//! kept as it was, and the OpenTelemetry project's own protobuf definitions read the result. The
+//! same spans as an OTLP protobuf file come out as protobuf with the very same times and
+//! attributes, every byte `apply` does not map kept.
 
 mod common;
+mod otlp_proto;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -11,6 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{realtime_base, run, s, stderr, two_traces};
+use otlp_proto::{WireField, delimited, wire_fields};
+use prost::Message;
+use prost::encoding::{WireType, encode_key, encode_varint};
 use serde_json::{Value, json};
 
 /// One span of the test: its node, id, and true times (ns after the simulation's start).
@@ -481,6 +487,226 @@ fn gzip_in_and_out_forced_node_and_bad_lines() {
         "{}",
         stderr(&r)
     );
+}
+
+/// `apply --format otlp` of the OTLP/JSON file `json_in` and of `proto`, the protobuf file of
+/// the same spans: both succeed and say the same, and the protobuf output, decoded, is the JSON
+/// output converted (`otlp_proto::from_json`: times, attributes in their order with their types,
+/// ids, events, links, status). Returns the protobuf output.
+fn apply_both_ways(st: &Setup, json_in: &Path, proto: &[u8]) -> Vec<u8> {
+    let dir = st.dir.path();
+    let proto_in = dir.join("traces.pb");
+    std::fs::write(&proto_in, proto).unwrap();
+    let (json_out, proto_out) = (dir.join("json.out.jsonl"), dir.join("proto.out.pb"));
+    let rj = apply_otlp(st, json_in, &json_out, &[]);
+    assert!(rj.status.success(), "{}", stderr(&rj));
+    let rp = apply_otlp(st, &proto_in, &proto_out, &[]);
+    assert!(rp.status.success(), "{}", stderr(&rp));
+    assert_eq!(
+        stderr(&rj).replace(&s(&json_out), "OUT"),
+        stderr(&rp).replace(&s(&proto_out), "OUT")
+    );
+    let out = std::fs::read(&proto_out).unwrap();
+    let decoded = otlp_proto::decode_file(&out);
+    let text = std::fs::read_to_string(&json_out).unwrap();
+    assert_eq!(decoded.len(), text.lines().count());
+    for (line, p) in text.lines().zip(&decoded) {
+        let j: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(otlp_proto::from_json(&j), *p);
+    }
+    out
+}
+
+#[test]
+fn protobuf_spans_are_rewritten_as_their_json_is() {
+    let st = setup();
+    let input = st.dir.path().join("traces.jsonl");
+    write_otlp(&input, &st.spans, st.base, true);
+    let text = std::fs::read_to_string(&input).unwrap();
+    let out = apply_both_ways(&st, &input, &otlp_proto::file_from_json(&text));
+    // The times were mapped and the attributes added (and the stray resources kept).
+    let before = otlp_proto::decode_file(&otlp_proto::file_from_json(&text));
+    let after = otlp_proto::decode_file(&out);
+    let spans = |d: &[otlp_proto::TracesData]| -> Vec<otlp_proto::Span> {
+        d.iter()
+            .flat_map(|t| &t.resource_spans)
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| s.spans.clone())
+            .collect()
+    };
+    let (before, after) = (spans(&before), spans(&after));
+    assert_eq!(before.len(), 602);
+    // node1's spans move onto node0's clock; node0 is the reference.
+    let moved = before
+        .iter()
+        .zip(&after)
+        .filter(|(b, a)| b.start_time_unix_nano != a.start_time_unix_nano)
+        .count();
+    assert!(moved > 250, "{moved}");
+    let keys = |sp: &otlp_proto::Span| -> Vec<String> {
+        sp.attributes.iter().map(|kv| kv.key.clone()).collect()
+    };
+    let applied = after
+        .iter()
+        .filter(|sp| keys(sp).iter().any(|k| k == "tsync.node"))
+        .count();
+    assert_eq!(applied, 600);
+    assert_eq!(
+        keys(&after[0])[..5],
+        [
+            "http.method",
+            "retries",
+            "tsync.node",
+            "tsync.reference",
+            "tsync.clock"
+        ]
+    );
+}
+
+/// Unknown fields of every wire type (a newer OTLP's, another producer's), numbered past
+/// OTLP's: a varint, a fixed64, a string, a group holding a varint, a fixed32.
+fn unknown_fields(seed: u8) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_key(100, WireType::Varint, &mut out);
+    encode_varint(300 + u64::from(seed), &mut out);
+    encode_key(101, WireType::SixtyFourBit, &mut out);
+    out.extend_from_slice(&[seed; 8]);
+    out.extend(delimited(102, b"from the future"));
+    encode_key(103, WireType::StartGroup, &mut out);
+    encode_key(1, WireType::Varint, &mut out);
+    encode_varint(7, &mut out);
+    encode_key(103, WireType::EndGroup, &mut out);
+    encode_key(104, WireType::ThirtyTwoBit, &mut out);
+    out.extend_from_slice(&[seed; 4]);
+    out
+}
+
+/// `message` as prost encodes it, then unknown fields, then its `children` (field number, the
+/// child's bytes), each a length-delimited field.
+fn with_unknown(message: &impl Message, children: Vec<(u32, Vec<u8>)>, seed: u8) -> Vec<u8> {
+    let mut out = message.encode_to_vec();
+    out.extend(unknown_fields(seed));
+    for (tag, child) in children {
+        out.extend(delimited(tag, &child));
+    }
+    out
+}
+
+/// A `TracesData` with unknown fields in every message on the way to the times: the message
+/// itself (after its `resource_spans`: a file is told apart by its first field), each
+/// `ResourceSpans`, `ScopeSpans`, `Span` and `Event`.
+fn traces_with_unknown(td: &otlp_proto::TracesData) -> Vec<u8> {
+    use otlp_proto::{ResourceSpans, ScopeSpans, Span};
+    let rs = td.resource_spans.iter().map(|rs| {
+        let ss = rs.scope_spans.iter().map(|ss| {
+            let spans = ss.spans.iter().map(|sp| {
+                let events = sp.events.iter().map(|e| (11, with_unknown(e, vec![], 5)));
+                let bare = Span {
+                    events: vec![],
+                    ..sp.clone()
+                };
+                (2, with_unknown(&bare, events.collect(), 4))
+            });
+            let bare = ScopeSpans {
+                spans: vec![],
+                ..ss.clone()
+            };
+            (2, with_unknown(&bare, spans.collect(), 3))
+        });
+        let bare = ResourceSpans {
+            scope_spans: vec![],
+            ..rs.clone()
+        };
+        (1, with_unknown(&bare, ss.collect(), 2))
+    });
+    let mut out: Vec<u8> = rs.flat_map(|(tag, child)| delimited(tag, &child)).collect();
+    out.extend(unknown_fields(1));
+    out
+}
+
+/// The messages on the way to the times.
+#[derive(Clone, Copy, Debug)]
+enum Level {
+    TracesData,
+    ResourceSpans,
+    ScopeSpans,
+    Span,
+    Event,
+}
+
+impl Level {
+    /// The field holding the next messages down.
+    fn child(self, tag: u32) -> Option<Level> {
+        match (self, tag) {
+            (Level::TracesData, 1) => Some(Level::ResourceSpans),
+            (Level::ResourceSpans, 2) => Some(Level::ScopeSpans),
+            (Level::ScopeSpans, 2) => Some(Level::Span),
+            (Level::Span, 11) => Some(Level::Event),
+            _ => None,
+        }
+    }
+
+    /// The `fixed64` times, and the attributes' field.
+    fn times(self) -> (&'static [u32], Option<u32>) {
+        match self {
+            Level::Span => (&[7, 8], Some(9)),
+            Level::Event => (&[1], Some(3)),
+            _ => (&[], None),
+        }
+    }
+}
+
+/// Checks that `after` is the message `before` but for what `apply` maps and adds: its times
+/// (same key, 8 bytes), the messages on the way to them (checked alike), and `tsync.*`
+/// attributes appended at its end. Every other field is byte for byte as it was, in its order.
+/// Counts the messages checked, per level.
+fn check_kept(before: &[u8], after: &[u8], level: Level, counts: &mut [usize; 5]) {
+    let (b, a) = (wire_fields(before), wire_fields(after));
+    assert!(a.len() >= b.len(), "{level:?}: fields lost");
+    let (times, attributes) = level.times();
+    for (fb, fa) in b.iter().zip(&a) {
+        assert_eq!(fb.tag, fa.tag, "{level:?}: the fields' order");
+        if let Some(child) = level.child(fb.tag) {
+            check_kept(fb.payload.unwrap(), fa.payload.unwrap(), child, counts);
+        } else if times.contains(&fb.tag) {
+            assert_eq!((fa.bytes.len(), fa.bytes[0]), (9, fb.bytes[0]), "{level:?}");
+        } else {
+            assert_eq!(fa.bytes, fb.bytes, "{level:?}: field {}", fb.tag);
+        }
+    }
+    for added in &a[b.len()..] {
+        assert_eq!(Some(added.tag), attributes, "{level:?}: an added field");
+        let key: WireField = wire_fields(added.payload.unwrap())[0];
+        assert!(key.payload.unwrap().starts_with(b"tsync."), "{level:?}");
+    }
+    counts[level as usize] += 1;
+}
+
+#[test]
+fn protobuf_unknown_fields_and_other_attributes_survive_byte_for_byte() {
+    let st = setup();
+    let input = st.dir.path().join("traces.jsonl");
+    write_otlp(&input, &st.spans[..100], st.base, true);
+    let text = std::fs::read_to_string(&input).unwrap();
+    let mut proto = Vec::new();
+    for line in text.lines() {
+        let message =
+            traces_with_unknown(&otlp_proto::from_json(&serde_json::from_str(line).unwrap()));
+        proto.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        proto.extend(message);
+    }
+    let out = apply_both_ways(&st, &input, &proto);
+    let (before, after) = (otlp_proto::messages(&proto), otlp_proto::messages(&out));
+    assert_eq!(before.len(), after.len());
+    let mut counts = [0; 5];
+    for (b, a) in before.iter().zip(&after) {
+        check_kept(b, a, Level::TracesData, &mut counts);
+    }
+    let events: usize = st.spans[..100].iter().map(|sp| sp.events.len()).sum();
+    // 5 batches; the first with two stray resources, their spans unchanged.
+    assert_eq!(counts, [5, 12, 12, 102, events]);
+    // Every message on the way grew: each span and event holds new attributes.
+    assert!(after.iter().zip(&before).all(|(a, b)| a.len() > b.len()));
 }
 
 /// The repository's `tsync-analyze/tests/otlp_client.py`.

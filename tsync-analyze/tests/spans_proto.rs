@@ -2,7 +2,8 @@
 //! the same spans written as OTLP/JSON and as protobuf (encoded with prost) give the very same
 //! analysis, message for message; a cut last frame is counted like a cut last line, and a
 //! frame that does not decode, a corrupt length or zstd compression is an error that names the
-//! file and the frame's byte offset.
+//! file and the frame's byte offset. `apply --format otlp` corrects a protobuf span file from
+//! itself, as it corrects the JSON file of the same spans, and names its bad frames alike.
 
 mod common;
 mod otlp_proto;
@@ -279,10 +280,39 @@ fn cut_and_corrupt_frames_are_counted_or_named() {
     assert!(said.contains("bad.pb: zstd-compressed"), "{said}");
 }
 
-/// `info` names the format it read; `apply --format otlp`, which rewrites JSON text, refuses a
-/// protobuf file by name instead of failing on its bytes.
+/// `apply --format otlp` of `events` (a span file) with the span file `input` as the only input
+/// (the nodes synchronized from the spans themselves), to `out`: exit status and stderr.
+fn apply_spans(input: &Path, events: &Path, out: &Path) -> (Option<i32>, String) {
+    let r = run(&[
+        "apply",
+        &s(input),
+        "--reference",
+        "node0",
+        "--format",
+        "otlp",
+        "--events",
+        &s(events),
+        "-o",
+        &s(out),
+    ]);
+    (r.status.code(), stderr(&r))
+}
+
+/// Each span's start, by span id, in a decoded protobuf span file.
+fn starts(data: &[otlp_proto::TracesData]) -> Vec<(Vec<u8>, u64)> {
+    data.iter()
+        .flat_map(|t| &t.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .map(|sp| (sp.span_id.clone(), sp.start_time_unix_nano))
+        .collect()
+}
+
+/// `info` names the format it read; `apply --format otlp` corrects a protobuf span file from
+/// itself, as protobuf, exactly as it corrects the JSON file of the same spans: afterwards no
+/// cross-node message runs backwards.
 #[test]
-fn info_names_protobuf_and_apply_refuses_it_clearly() {
+fn info_names_protobuf_and_apply_corrects_it_from_itself() {
     let dir = tempfile::tempdir().unwrap();
     let text = json_file(&workload(300));
     let json_path = dir.path().join("spans.jsonl");
@@ -296,21 +326,85 @@ fn info_names_protobuf_and_apply_refuses_it_clearly() {
     );
     let info = output(&["info", &s(&json_path)], &json_path);
     assert!(info.contains("format         OTLP/JSON spans"), "{info}");
+    let before = tsync_analyze::spans::inversions(&proto_path, &Default::default()).unwrap();
+    assert!(before.inverted > 0, "the clocks put some children first");
     // The nodes synchronized from the spans themselves, then the same file as the events.
-    let out = run(&[
-        "apply",
-        &s(&proto_path),
-        "--format",
-        "otlp",
-        "--events",
-        &s(&proto_path),
-        "-o",
-        &s(&dir.path().join("out.jsonl")),
-    ]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
+    let out = dir.path().join("out.pb");
+    let (code, said) = apply_spans(&proto_path, &proto_path, &out);
+    assert_eq!(code, Some(0), "{said}");
     assert!(
-        err.contains("OTLP protobuf spans") && err.contains("format: json"),
-        "{err}"
+        said.contains("cross-node order kept: none of the"),
+        "{said}"
+    );
+    let order = tsync_analyze::spans::inversions(&out, &Default::default()).unwrap();
+    assert_eq!((order.messages, order.inverted), (before.messages, 0));
+    let info = output(&["info", &s(&out)], &out);
+    assert!(
+        info.contains("format         OTLP protobuf spans"),
+        "{info}"
+    );
+    // The same corrections as the JSON file's.
+    let json_out = dir.path().join("out.jsonl");
+    let (code, said) = apply_spans(&json_path, &json_path, &json_out);
+    assert_eq!(code, Some(0), "{said}");
+    let corrected = otlp_proto::file_from_json(&std::fs::read_to_string(&json_out).unwrap());
+    let want = starts(&otlp_proto::decode_file(&corrected));
+    let got = starts(&otlp_proto::decode_file(&std::fs::read(&out).unwrap()));
+    assert_eq!(got, want);
+    let input = starts(&otlp_proto::decode_file(
+        &std::fs::read(&proto_path).unwrap(),
+    ));
+    assert!(got.iter().zip(&input).any(|(a, b)| a.1 != b.1));
+}
+
+/// `apply --format otlp` of a bad protobuf span file: an error naming the file, the frame and
+/// its offset, as `sync`'s, and nothing written. A cut last frame is an error too (`sync`
+/// counts it), as a cut last OTLP/JSON line is for `apply`.
+#[test]
+fn apply_names_a_bad_frame_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let text = json_file(&workload(60));
+    let good = d.join("good.pb");
+    std::fs::write(&good, otlp_proto::file_from_json(&text)).unwrap();
+    let frames: Vec<Vec<u8>> = text
+        .lines()
+        .map(|l| otlp_proto::frame(&otlp_proto::from_json(&serde_json::from_str(l).unwrap())))
+        .collect();
+    let whole = frames.concat();
+    let second = frames[0].len();
+    let check = |bytes: &[u8], want: &str| {
+        let bad = d.join("bad.pb");
+        std::fs::write(&bad, bytes).unwrap();
+        let out = d.join("bad.out.pb");
+        let (code, said) = apply_spans(&good, &bad, &out);
+        assert_eq!(code, Some(1), "{said}");
+        assert!(said.contains(want), "`{want}` not in {said}");
+        assert!(!out.exists());
+    };
+    let mut corrupt = whole.clone();
+    corrupt[second + 4] = 0xff;
+    corrupt[second + 5] = 0xff;
+    check(
+        &corrupt,
+        &format!("bad.pb: frame 2 at byte {second}: not an OTLP `TracesData` message"),
+    );
+    let last = whole.len() - frames.last().unwrap().len();
+    check(
+        &whole[..whole.len() - 7],
+        &format!("bad.pb: frame {} at byte {last}: cut short", frames.len()),
+    );
+    // zstd, per message (the second frame) or as the whole file: refused by name.
+    check(
+        &[
+            frames[0].clone(),
+            vec![0, 0, 0, 9, 0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0, 0],
+        ]
+        .concat(),
+        &format!("bad.pb: frame 2 at byte {second}: zstd-compressed frames"),
+    );
+    check(
+        &[0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0],
+        "bad.pb: zstd-compressed",
     );
 }

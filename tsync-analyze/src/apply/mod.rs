@@ -5,8 +5,8 @@
 //! carries them to any timestamp: [`CommonTimebase`] maps `(node, clock, t)` to the reference's
 //! timebase with the guaranteed interval, and the submodules rewrite whole files with it —
 //! JSON Lines and CSV ([`lines`], [`csv`]), Chrome trace-event JSON ([`chrome`]), OpenTelemetry
-//! traces in OTLP/JSON with many nodes per file ([`otlp`]) and LTTng's CTF traces ([`ctf`]), each
-//! streamed in constant memory ([`stream`]: standard input, gzip).
+//! traces in OTLP/JSON or protobuf with many nodes per file ([`otlp`]) and LTTng's CTF traces
+//! ([`ctf`]), each streamed in constant memory ([`stream`]: standard input, gzip).
 //!
 //! **Which clock.** `Monotonic` is the node's CLOCK_MONOTONIC as its trace file records it (with
 //! the agent's `--clock-skew`, the skewed clock: the validation setups stamp their application

@@ -1,6 +1,7 @@
-//! OpenTelemetry traces in OTLP/JSON, as the Collector's file exporter writes them: one
-//! `TracesData` object per line (`resourceSpans` → `scopeSpans` → `spans`), spans of many nodes
-//! in one file. Each resource's node comes from one of its attributes (`host.name`, else
+//! OpenTelemetry traces as the Collector's file exporter writes them: OTLP/JSON, one
+//! `TracesData` object per line (`resourceSpans` → `scopeSpans` → `spans`), or OTLP protobuf,
+//! length-prefixed `TracesData` messages (`otlp/proto.rs`), spans of many nodes in one file; the
+//! output is in the encoding of the input. Each resource's node comes from one of its attributes (`host.name`, else
 //! `k8s.node.name`, else `service.instance.id` by default: `crate::spans::node`);
 //! each span's `startTimeUnixNano` and `endTimeUnixNano` and each span event's `timeUnixNano` are
 //! mapped through that node's map (the only timestamps a trace has: links, status, resource and
@@ -12,7 +13,10 @@
 //! (unknown fields, attribute order, ids, number spellings), and a mapped time keeps the form it
 //! had (the canonical decimal string of OTLP/JSON, or a number). Memory is that of one line.
 //! The OTLP/JSON pieces (members as raw text, attributes, times) are those `sync` reads span
-//! files with (`crate::spans::json`): both accept the same files.
+//! files with (`crate::spans::json`): both accept the same files. Protobuf is walked on the wire
+//! the same way (`otlp/proto.rs`: every field but the times copied as its bytes). What a span
+//! and an event become, their mapped times and their attributes, is computed once for both
+//! encodings ([`Rewriter::span_rewrite`]).
 //!
 //! **Unknown nodes.** A resource whose node attribute names no trace of the inputs, or has no such
 //! attribute, is copied unchanged and its spans counted, so the summary can name it.
@@ -25,6 +29,8 @@ use serde_json::value::RawValue;
 use super::{ApplyError, CommonTimebase, Mapped, NodeClock, NodeMapper};
 use crate::spans::NodeAttribution;
 use crate::spans::json::{KeyValue, Members, Spelling, array, attributes, parse_time};
+
+mod proto;
 
 /// Every attribute `apply --format otlp` adds (span attributes, then span-event attributes).
 pub const ATTRIBUTES: [&str; 14] = [
@@ -57,7 +63,7 @@ pub struct OtlpOptions {
 /// What applying the maps to an OTLP file did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OtlpSummary {
-    /// `TracesData` lines read (blank lines not counted).
+    /// `TracesData` lines (protobuf: frames) read (blank lines not counted).
     pub batches: u64,
     /// Spans mapped, per node name.
     pub spans: BTreeMap<String, u64>,
@@ -82,12 +88,15 @@ pub struct OtlpSummary {
     pub blank: u64,
 }
 
+/// A mapped time as OTLP's unsigned `fixed64` holds it: an error for one before 1970.
+fn unsigned(t: i64) -> Result<u64, String> {
+    u64::try_from(t).map_err(|_| {
+        format!("maps to {t} ns, before 1970, which OTLP's unsigned times cannot hold")
+    })
+}
+
 fn write_time(out: &mut Vec<u8>, t: i64, spelling: Spelling) -> Result<(), String> {
-    if t < 0 {
-        return Err(format!(
-            "maps to {t} ns, before 1970, which OTLP's unsigned times cannot hold"
-        ));
-    }
+    let t = unsigned(t)?;
     let mut n = itoa::Buffer::new();
     match spelling {
         Spelling::String => {
@@ -105,53 +114,107 @@ fn write_key(out: &mut Vec<u8>, key: &str) {
     out.push(b':');
 }
 
+/// The value of an attribute `apply` adds: a string, an int64 or a bool (an OTLP `AnyValue`'s
+/// `stringValue`, `intValue`, `boolValue`; protobuf's fields 1, 3 and 2 of `AnyValue`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AttrValue<'a> {
+    Str(&'a str),
+    Int(i64),
+    Bool(bool),
+}
+
+/// The `tsync.*` attributes a span or span event gains, in the order they are appended: what
+/// both encodings write, computed once ([`Rewriter::span_rewrite`], [`Rewriter::event_rewrite`]).
+type NewAttributes<'a> = Vec<(&'static str, AttrValue<'a>)>;
+
+/// The keys of a time's interval bounds: `tsync.<which>.lo_unix_nano` and `…hi_unix_nano`.
+fn bound_keys(which: Which) -> (&'static str, &'static str) {
+    match which {
+        Which::Start => ("tsync.start.lo_unix_nano", "tsync.start.hi_unix_nano"),
+        Which::End => ("tsync.end.lo_unix_nano", "tsync.end.hi_unix_nano"),
+        Which::Event => ("tsync.time.lo_unix_nano", "tsync.time.hi_unix_nano"),
+    }
+}
+
+/// Which time a `tsync.*` attribute speaks of.
+#[derive(Clone, Copy)]
+enum Which {
+    Start,
+    End,
+    Event,
+}
+
+/// Appends one mapped time's attributes: its original under `local`, its bounds (where it has
+/// an interval).
+fn push_time(attrs: &mut NewAttributes<'_>, local: &'static str, which: Which, t: &MappedTime) {
+    attrs.push((local, AttrValue::Int(t.original)));
+    if let Some((lo, hi)) = t.mapped.interval {
+        let (lo_key, hi_key) = bound_keys(which);
+        attrs.push((lo_key, AttrValue::Int(lo)));
+        attrs.push((hi_key, AttrValue::Int(hi)));
+    }
+}
+
+/// A time as the file had it, and mapped.
+#[derive(Clone, Copy, Debug)]
+struct MappedTime {
+    original: i64,
+    mapped: Mapped,
+}
+
+/// What a span becomes: its start and end mapped (None where unset: kept as they were), and
+/// the attributes it gains.
+struct SpanRewrite<'a> {
+    start: Option<MappedTime>,
+    end: Option<MappedTime>,
+    attributes: NewAttributes<'a>,
+}
+
+/// What a span event becomes: its time mapped (None where unset: then it gains no attribute).
+struct EventRewrite {
+    time: Option<MappedTime>,
+    attributes: NewAttributes<'static>,
+}
+
 /// Attributes to append, as OTLP/JSON `KeyValue` objects.
 #[derive(Default)]
-struct NewAttributes(Vec<u8>);
+struct JsonAttributes(Vec<u8>);
 
-impl NewAttributes {
-    fn open(&mut self, key: &str) {
+impl JsonAttributes {
+    /// The OTLP/JSON text of `attrs`: 64-bit integers as decimal strings, as OTLP/JSON writes
+    /// them.
+    fn of(attrs: &[(&str, AttrValue<'_>)]) -> Self {
+        let mut a = JsonAttributes::default();
+        for (key, value) in attrs {
+            a.push(key, *value);
+        }
+        a
+    }
+
+    fn push(&mut self, key: &str, value: AttrValue<'_>) {
         if !self.0.is_empty() {
             self.0.push(b',');
         }
         self.0.extend_from_slice(b"{\"key\":");
         serde_json::to_writer(&mut self.0, key).expect("writing to a Vec");
         self.0.extend_from_slice(b",\"value\":{");
-    }
-
-    fn string(&mut self, key: &str, v: &str) {
-        self.open(key);
-        self.0.extend_from_slice(b"\"stringValue\":");
-        serde_json::to_writer(&mut self.0, v).expect("writing to a Vec");
-        self.0.extend_from_slice(b"}}");
-    }
-
-    /// An int64 attribute: a decimal string, as OTLP/JSON writes 64-bit integers.
-    fn int(&mut self, key: &str, v: i64) {
-        self.open(key);
-        self.0.extend_from_slice(b"\"intValue\":\"");
-        self.0
-            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
-        self.0.extend_from_slice(b"\"}}");
-    }
-
-    fn bool(&mut self, key: &str, v: bool) {
-        self.open(key);
-        self.0.extend_from_slice(if v {
-            b"\"boolValue\":true}}"
-        } else {
-            b"\"boolValue\":false}}"
-        });
-    }
-
-    /// One mapped time: its original under `local`, its bounds under `<which>.lo_unix_nano` and
-    /// `<which>.hi_unix_nano`.
-    fn time(&mut self, local: &str, which: &str, original: i64, m: &Mapped) {
-        self.int(local, original);
-        if let Some((lo, hi)) = m.interval {
-            self.int(&format!("tsync.{which}.lo_unix_nano"), lo);
-            self.int(&format!("tsync.{which}.hi_unix_nano"), hi);
+        match value {
+            AttrValue::Str(v) => {
+                self.0.extend_from_slice(b"\"stringValue\":");
+                serde_json::to_writer(&mut self.0, v).expect("writing to a Vec");
+            }
+            AttrValue::Int(v) => {
+                self.0.extend_from_slice(b"\"intValue\":\"");
+                self.0
+                    .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+                self.0.push(b'"');
+            }
+            AttrValue::Bool(v) => {
+                self.0.extend_from_slice(b"\"boolValue\":");
+                self.0.extend_from_slice(if v { b"true" } else { b"false" });
+            }
         }
+        self.0.extend_from_slice(b"}}");
     }
 
     /// `attributes` with these appended (the raw array's text kept as it was).
@@ -178,6 +241,16 @@ impl NewAttributes {
     }
 }
 
+/// Refuses an attribute key of `apply`'s own: the file was applied already.
+fn check_key(key: &str) -> Result<(), String> {
+    if ATTRIBUTES.contains(&key) {
+        return Err(format!(
+            "already has the attribute `{key}`: was the file applied already?"
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses attributes that already hold `tsync.*` keys: the file was applied already.
 fn check_not_applied(attributes: Option<&RawValue>) -> Result<(), String> {
     let Some(raw) = attributes else {
@@ -185,16 +258,13 @@ fn check_not_applied(attributes: Option<&RawValue>) -> Result<(), String> {
     };
     let kvs: Vec<KeyValue> = serde_json::from_str(raw.get())
         .map_err(|e| format!("`attributes` is not an array of key/value objects ({e})"))?;
-    match kvs.iter().find(|kv| ATTRIBUTES.contains(&kv.key.as_str())) {
-        Some(kv) => Err(format!(
-            "already has the attribute `{}`: was the file applied already?",
-            kv.key
-        )),
-        None => Ok(()),
-    }
+    kvs.iter().try_for_each(|kv| check_key(&kv.key))
 }
 
-/// The rewriting of one file: the maps, one mapper per node met, and the counts.
+/// The rewriting of one file: the maps, one mapper per node met, and the counts. What is the
+/// same in both encodings is here (a resource's node, a span's and an event's mapped times and
+/// attributes, the counts); the OTLP/JSON walk below and the protobuf one (`otlp/proto.rs`)
+/// only find the times and write the results.
 struct Rewriter<'tb> {
     timebase: &'tb CommonTimebase,
     options: &'tb OtlpOptions,
@@ -210,25 +280,52 @@ enum NodeOf {
 }
 
 impl<'tb> Rewriter<'tb> {
-    fn node_of(&self, resource: Option<&RawValue>) -> Result<NodeOf, String> {
+    fn new(timebase: &'tb CommonTimebase, options: &'tb OtlpOptions) -> Self {
+        Rewriter {
+            timebase,
+            options,
+            mappers: (0..timebase.names().len()).map(|_| None).collect(),
+            summary: OtlpSummary::default(),
+        }
+    }
+
+    /// The node of a resource: `--node`'s, else the trace `name` names (`name` is only asked
+    /// for without `--node`: the node attribute the resource has, by the attribution rule).
+    fn node_named<E>(&self, name: impl FnOnce() -> Result<Option<String>, E>) -> Result<NodeOf, E> {
         if let Some(k) = self.options.node {
             return Ok(NodeOf::Known(k));
         }
-        let Some(resource) = resource else {
-            return Ok(NodeOf::Missing);
-        };
-        let members = Members::parse(resource.get(), "`resource`")?;
-        let Some(raw) = members.get("attributes") else {
-            return Ok(NodeOf::Missing);
-        };
-        let kvs: Vec<KeyValue> = attributes(raw, "the resource's")?;
-        let name = self.options.attribution.node_of(&kvs).map(|(name, _)| name);
-        Ok(match name {
+        Ok(match name()? {
             None => NodeOf::Missing,
             Some(name) => match self.timebase.trace_of_span_node(&name) {
                 Some(k) => NodeOf::Known(k),
                 None => NodeOf::Unknown(name),
             },
+        })
+    }
+
+    /// Counts `spans` spans of a resource whose node is not known: they are copied unchanged.
+    fn skip(&mut self, node: &NodeOf, spans: u64) {
+        match node {
+            NodeOf::Known(_) => {}
+            NodeOf::Unknown(name) => {
+                *self.summary.unknown_nodes.entry(name.clone()).or_default() += spans;
+            }
+            NodeOf::Missing => self.summary.without_node += spans,
+        }
+    }
+
+    fn node_of(&self, resource: Option<&RawValue>) -> Result<NodeOf, String> {
+        self.node_named(|| {
+            let Some(resource) = resource else {
+                return Ok(None);
+            };
+            let members = Members::parse(resource.get(), "`resource`")?;
+            let Some(raw) = members.get("attributes") else {
+                return Ok(None);
+            };
+            let kvs: Vec<KeyValue> = attributes(raw, "the resource's")?;
+            Ok(self.options.attribution.node_of(&kvs).map(|(name, _)| name))
         })
     }
 
@@ -238,6 +335,87 @@ impl<'tb> Rewriter<'tb> {
             *slot = Some(self.timebase.mapper(node, self.options.clock)?);
         }
         Ok(slot.as_mut().expect("set above"))
+    }
+
+    /// Maps one time if it is set; counts it.
+    fn map_time(&mut self, node: u32, t: Option<i64>) -> Result<Option<MappedTime>, ApplyError> {
+        let Some(original) = t else {
+            self.summary.unset += 1;
+            return Ok(None);
+        };
+        let mapped = self.mapper(node)?.map_with_interval(original);
+        self.summary.times += 1;
+        self.summary.without_interval += u64::from(mapped.interval.is_none());
+        Ok(Some(MappedTime { original, mapped }))
+    }
+
+    /// A span of `node` whose start and end are these (None: unset): the times mapped, in this
+    /// order (a realtime map's stepped stretches are taken in file order), and the attributes
+    /// it gains (docs/json.md). Both encodings' rewriters call it, and so write the same; a
+    /// span's events are mapped after it, in their order ([`Rewriter::event_rewrite`]).
+    fn span_rewrite(
+        &mut self,
+        node: u32,
+        start: Option<i64>,
+        end: Option<i64>,
+    ) -> Result<SpanRewrite<'tb>, ApplyError> {
+        let start = self.map_time(node, start)?;
+        let end = self.map_time(node, end)?;
+        let tb = self.timebase;
+        let mut attrs = vec![
+            ("tsync.node", AttrValue::Str(&tb.names()[node as usize])),
+            (
+                "tsync.reference",
+                AttrValue::Str(&tb.names()[tb.reference(node) as usize]),
+            ),
+            ("tsync.clock", AttrValue::Str(self.options.clock.as_str())),
+        ];
+        let times = [
+            (&start, "tsync.local.start_time_unix_nano", Which::Start),
+            (&end, "tsync.local.end_time_unix_nano", Which::End),
+        ];
+        for (t, local, which) in times {
+            if let Some(t) = t {
+                push_time(&mut attrs, local, which, t);
+            }
+        }
+        let mapped = [&start, &end].into_iter().flatten().map(|t| &t.mapped);
+        push_uncertainty(&mut attrs, mapped);
+        *self
+            .summary
+            .spans
+            .entry(tb.names()[node as usize].clone())
+            .or_default() += 1;
+        Ok(SpanRewrite {
+            start,
+            end,
+            attributes: attrs,
+        })
+    }
+
+    /// A span event of `node` whose time is this (None: unset): the time mapped, and the
+    /// attributes it gains (none where the time is unset).
+    fn event_rewrite(&mut self, node: u32, time: Option<i64>) -> Result<EventRewrite, ApplyError> {
+        let time = self.map_time(node, time)?;
+        let mut attrs = Vec::new();
+        if let Some(t) = &time {
+            push_time(&mut attrs, "tsync.local.time_unix_nano", Which::Event, t);
+            push_uncertainty(&mut attrs, std::iter::once(&t.mapped));
+        }
+        self.summary.span_events += 1;
+        Ok(EventRewrite {
+            time,
+            attributes: attrs,
+        })
+    }
+
+    /// The summary, once every batch was written.
+    fn finish(mut self) -> OtlpSummary {
+        for m in self.mappers.iter().flatten() {
+            self.summary.outside_span += m.outside;
+            self.summary.ambiguous += m.ambiguous;
+        }
+        self.summary
     }
 
     /// One `TracesData` line into `out`.
@@ -289,77 +467,35 @@ impl<'tb> Rewriter<'tb> {
             }
             let spans = array(value, "`spans`")?;
             // Spans of a node the traces do not know are counted and copied as they are.
-            match node {
-                NodeOf::Known(k) => write_array(out, spans, |span, out| self.span(span, *k, out))?,
-                NodeOf::Unknown(name) => {
-                    *self.summary.unknown_nodes.entry(name.clone()).or_default() +=
-                        spans.len() as u64;
-                    return Ok(false);
-                }
-                NodeOf::Missing => {
-                    self.summary.without_node += spans.len() as u64;
-                    return Ok(false);
-                }
-            }
+            let NodeOf::Known(k) = node else {
+                self.skip(node, spans.len() as u64);
+                return Ok(false);
+            };
+            write_array(out, spans, |span, out| self.span(span, *k, out))?;
             Ok(true)
         })
-    }
-
-    /// Maps one time if it is set; counts it.
-    fn map_time(
-        &mut self,
-        node: u32,
-        raw: Option<&RawValue>,
-    ) -> Result<Option<(i64, Spelling, Mapped)>, LineFailure> {
-        let Some(t) = raw.map(parse_time).transpose()?.flatten() else {
-            self.summary.unset += 1;
-            return Ok(None);
-        };
-        let m = self.mapper(node)?.map_with_interval(t.0);
-        self.summary.times += 1;
-        self.summary.without_interval += u64::from(m.interval.is_none());
-        Ok(Some((t.0, t.1, m)))
     }
 
     fn span(&mut self, raw: &RawValue, node: u32, out: &mut Vec<u8>) -> Result<(), LineFailure> {
         let members = Members::parse(raw.get(), "a span")?;
         check_not_applied(members.get("attributes"))?;
-        let start = self.map_time(node, members.get("startTimeUnixNano"))?;
-        let end = self.map_time(node, members.get("endTimeUnixNano"))?;
-        let tb = self.timebase;
-        let mut attrs = NewAttributes::default();
-        attrs.string("tsync.node", &tb.names()[node as usize]);
-        attrs.string("tsync.reference", &tb.names()[tb.reference(node) as usize]);
-        attrs.string("tsync.clock", self.options.clock.as_str());
-        let mut outside = false;
-        for (t, local, which) in [
-            (&start, "tsync.local.start_time_unix_nano", "start"),
-            (&end, "tsync.local.end_time_unix_nano", "end"),
-        ] {
-            if let Some((original, _, m)) = t {
-                attrs.time(local, which, *original, m);
-                outside |= m.outside_span;
-            }
-        }
-        if let Some(u) = uncertainty([&start, &end].into_iter().flatten().map(|t| &t.2)) {
-            attrs.int("tsync.uncertainty_ns", u);
-        }
-        if outside {
-            attrs.bool("tsync.outside_span", true);
-        }
+        let start = json_time(members.get("startTimeUnixNano"))?;
+        let end = json_time(members.get("endTimeUnixNano"))?;
+        let rw = self.span_rewrite(node, start.map(|t| t.0), end.map(|t| t.0))?;
+        let attrs = JsonAttributes::of(&rw.attributes);
         let mut body = Vec::new();
         write_members(&mut body, &members, |key, value, out| {
             match key {
                 "startTimeUnixNano" | "endTimeUnixNano" => {
-                    let t = if key == "startTimeUnixNano" {
-                        &start
+                    let (t, m) = if key == "startTimeUnixNano" {
+                        (start, rw.start)
                     } else {
-                        &end
+                        (end, rw.end)
                     };
-                    let Some((_, spelling, m)) = t else {
+                    let (Some((_, spelling)), Some(m)) = (t, m) else {
                         return Ok(false);
                     };
-                    write_time(out, m.t_ns, *spelling)?;
+                    write_time(out, m.mapped.t_ns, spelling)?;
                 }
                 "attributes" => attrs.append_to(out, Some(value))?,
                 "events" => write_array(out, array(value, "`events`")?, |e, out| {
@@ -370,40 +506,47 @@ impl<'tb> Rewriter<'tb> {
             Ok(true)
         })?;
         close_with_attributes(out, &body, &members, &attrs)?;
-        *self
-            .summary
-            .spans
-            .entry(tb.names()[node as usize].clone())
-            .or_default() += 1;
         Ok(())
     }
 
     fn event(&mut self, raw: &RawValue, node: u32, out: &mut Vec<u8>) -> Result<(), LineFailure> {
         let members = Members::parse(raw.get(), "a span event")?;
         check_not_applied(members.get("attributes"))?;
-        let time = self.map_time(node, members.get("timeUnixNano"))?;
-        let mut attrs = NewAttributes::default();
-        if let Some((original, _, m)) = &time {
-            attrs.time("tsync.local.time_unix_nano", "time", *original, m);
-            if let Some(u) = uncertainty(std::iter::once(m)) {
-                attrs.int("tsync.uncertainty_ns", u);
-            }
-            if m.outside_span {
-                attrs.bool("tsync.outside_span", true);
-            }
-        }
+        let time = json_time(members.get("timeUnixNano"))?;
+        let rw = self.event_rewrite(node, time.map(|t| t.0))?;
+        let attrs = JsonAttributes::of(&rw.attributes);
         let mut body = Vec::new();
         write_members(&mut body, &members, |key, value, out| {
-            match (key, &time) {
-                ("timeUnixNano", Some((_, spelling, m))) => write_time(out, m.t_ns, *spelling)?,
-                ("attributes", _) if !attrs.0.is_empty() => attrs.append_to(out, Some(value))?,
+            match (key, time, rw.time) {
+                ("timeUnixNano", Some((_, spelling)), Some(m)) => {
+                    write_time(out, m.mapped.t_ns, spelling)?
+                }
+                ("attributes", _, _) if !attrs.0.is_empty() => attrs.append_to(out, Some(value))?,
                 _ => return Ok(false),
             }
             Ok(true)
         })?;
         close_with_attributes(out, &body, &members, &attrs)?;
-        self.summary.span_events += 1;
         Ok(())
+    }
+}
+
+/// An OTLP/JSON time member: its value and spelling, None where absent or unset (0).
+fn json_time(raw: Option<&RawValue>) -> Result<Option<(i64, Spelling)>, String> {
+    Ok(raw.map(parse_time).transpose()?.flatten())
+}
+
+/// Appends `tsync.uncertainty_ns` where every time has an interval, and `tsync.outside_span`
+/// where one lies outside its node's recorded span.
+fn push_uncertainty<'m>(
+    attrs: &mut NewAttributes<'_>,
+    mapped: impl Iterator<Item = &'m Mapped> + Clone,
+) {
+    if let Some(u) = uncertainty(mapped.clone()) {
+        attrs.push(("tsync.uncertainty_ns", AttrValue::Int(u)));
+    }
+    if mapped.into_iter().any(|m| m.outside_span) {
+        attrs.push(("tsync.outside_span", AttrValue::Bool(true)));
     }
 }
 
@@ -461,7 +604,7 @@ fn close_with_attributes(
     out: &mut Vec<u8>,
     body: &[u8],
     members: &Members<'_>,
-    attrs: &NewAttributes,
+    attrs: &JsonAttributes,
 ) -> Result<(), LineFailure> {
     out.push(b'{');
     out.extend_from_slice(body);
@@ -488,7 +631,8 @@ fn uncertainty<'m>(times: impl Iterator<Item = &'m Mapped>) -> Option<i64> {
     worst
 }
 
-/// Why a line failed: the line's own fault (text), or the maps'.
+/// Why a line (protobuf: a frame) failed: its own fault (text), or the maps'.
+#[derive(Debug)]
 enum LineFailure {
     Text(String),
     Apply(ApplyError),
@@ -512,8 +656,11 @@ impl From<ApplyError> for LineFailure {
     }
 }
 
-/// Rewrites an OTLP/JSON traces stream (one `TracesData` per line; blank lines passed through).
-/// `name` names the input in errors (`name:line: …`).
+/// Rewrites an OTLP traces stream: OTLP/JSON (one `TracesData` per line; blank lines passed
+/// through) or OTLP protobuf (length-prefixed `TracesData` frames: `otlp/proto.rs`), told apart
+/// by its first bytes as `sync` tells them apart, and written in the encoding it came in;
+/// zstd-compressed spans are refused. `name` names the input in errors (`name:line: …`,
+/// `name: frame N at byte OFFSET: …`).
 pub fn apply_otlp<R: BufRead, W: Write>(
     mut input: R,
     name: &str,
@@ -521,58 +668,63 @@ pub fn apply_otlp<R: BufRead, W: Write>(
     timebase: &CommonTimebase,
     options: &OtlpOptions,
 ) -> Result<OtlpSummary, ApplyError> {
-    let mut rw = Rewriter {
-        timebase,
-        options,
-        mappers: (0..timebase.names().len()).map(|_| None).collect(),
-        summary: OtlpSummary::default(),
-    };
-    let write_err = |e| ApplyError::io("cannot write the output", e);
+    let mut rw = Rewriter::new(timebase, options);
     let head = input
         .fill_buf()
         .map_err(|e| ApplyError::io(format!("cannot read {name}"), e))?;
+    if let Some(why) = crate::spans::compressed_spans(head) {
+        return Err(ApplyError::Events(format!("{name}: {why}")));
+    }
     if crate::spans::is_proto(head) {
-        return Err(ApplyError::Events(format!(
-            "{name}: OTLP protobuf spans; `apply --format otlp` rewrites OTLP/JSON only (the \
-             Collector's file exporter writes it with `format: json`); `sync` reads both"
-        )));
+        rw.frames(input, name, &mut out)?;
+    } else {
+        rw.lines(input, name, &mut out)?;
     }
-    let mut line = Vec::new();
-    let mut rewritten = Vec::new();
-    let mut number = 0u64;
-    loop {
-        line.clear();
-        let n = input
-            .read_until(b'\n', &mut line)
-            .map_err(|e| ApplyError::io(format!("cannot read {name}"), e))?;
-        if n == 0 {
-            break;
+    out.flush()
+        .map_err(|e| ApplyError::io("cannot write the output", e))?;
+    Ok(rw.finish())
+}
+
+impl Rewriter<'_> {
+    /// Rewrites OTLP/JSON lines.
+    fn lines<R: BufRead, W: Write>(
+        &mut self,
+        mut input: R,
+        name: &str,
+        mut out: W,
+    ) -> Result<(), ApplyError> {
+        let write_err = |e| ApplyError::io("cannot write the output", e);
+        let mut line = Vec::new();
+        let mut rewritten = Vec::new();
+        let mut number = 0u64;
+        loop {
+            line.clear();
+            let n = input
+                .read_until(b'\n', &mut line)
+                .map_err(|e| ApplyError::io(format!("cannot read {name}"), e))?;
+            if n == 0 {
+                return Ok(());
+            }
+            number += 1;
+            let fail = |what: String| ApplyError::Events(format!("{name}:{number}: {what}"));
+            let text = std::str::from_utf8(&line)
+                .map_err(|e| fail(format!("not UTF-8 text ({e}); is it OTLP/JSON?")))?;
+            if text.trim().is_empty() {
+                out.write_all(&line).map_err(write_err)?;
+                self.summary.blank += 1;
+                continue;
+            }
+            rewritten.clear();
+            match self.line(text.trim_end_matches(['\n', '\r']), &mut rewritten) {
+                Ok(()) => {}
+                Err(LineFailure::Text(what)) => return Err(fail(what)),
+                Err(LineFailure::Apply(e)) => return Err(e),
+            }
+            rewritten.push(b'\n');
+            out.write_all(&rewritten).map_err(write_err)?;
+            self.summary.batches += 1;
         }
-        number += 1;
-        let fail = |what: String| ApplyError::Events(format!("{name}:{number}: {what}"));
-        let text = std::str::from_utf8(&line)
-            .map_err(|e| fail(format!("not UTF-8 text ({e}); is it OTLP/JSON?")))?;
-        if text.trim().is_empty() {
-            out.write_all(&line).map_err(write_err)?;
-            rw.summary.blank += 1;
-            continue;
-        }
-        rewritten.clear();
-        match rw.line(text.trim_end_matches(['\n', '\r']), &mut rewritten) {
-            Ok(()) => {}
-            Err(LineFailure::Text(what)) => return Err(fail(what)),
-            Err(LineFailure::Apply(e)) => return Err(e),
-        }
-        rewritten.push(b'\n');
-        out.write_all(&rewritten).map_err(write_err)?;
-        rw.summary.batches += 1;
     }
-    out.flush().map_err(write_err)?;
-    for m in rw.mappers.iter().flatten() {
-        rw.summary.outside_span += m.outside;
-        rw.summary.ambiguous += m.ambiguous;
-    }
-    Ok(rw.summary)
 }
 
 #[cfg(test)]

@@ -16,8 +16,8 @@ use super::{CliError, CmdResult, SyncArgs, progress};
 
 #[derive(Args)]
 pub struct ApplyCmd {
-    /// The node's events: a JSON Lines, CSV, Chrome trace or OTLP/JSON file (`-` for standard
-    /// input; gzip is recognized), or an LTTng trace directory (ctf).
+    /// The node's events: a JSON Lines, CSV, Chrome trace or OTLP (JSON or protobuf) file (`-`
+    /// for standard input; gzip is recognized), or an LTTng trace directory (ctf).
     #[arg(long, value_name = "FILE")]
     pub events: PathBuf,
     /// The node (trace name, or index) that stamped the events. Required except with --format
@@ -64,8 +64,8 @@ pub enum ApplyFormat {
     Csv,
     Chrome,
     Ctf,
-    /// OpenTelemetry traces, OTLP/JSON: one `TracesData` per line (the Collector's file
-    /// exporter), spans of many nodes.
+    /// OpenTelemetry traces as the Collector's file exporter writes them, spans of many nodes:
+    /// OTLP/JSON (one `TracesData` per line) or protobuf (length-prefixed), written back alike.
     Otlp,
 }
 

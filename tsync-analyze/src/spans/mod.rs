@@ -26,7 +26,7 @@ pub(crate) mod json;
 mod jsonl;
 pub mod node;
 mod problems;
-mod proto;
+pub(crate) mod proto;
 mod read;
 mod rules;
 mod window;

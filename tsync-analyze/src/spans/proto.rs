@@ -37,6 +37,8 @@
 //! the end of the file, where what is there starts like a `TracesData`) is the file cut short
 //! while it was written: counted and warned about, the frames before it used. A length running
 //! past the end after which comes no `TracesData` is an error (a corrupt length, not a cut).
+//! `apply --format otlp` reads the frames with the same [`Frames`] and words its errors with
+//! the same [`frame_message`] (`apply/otlp/proto.rs`, which rewrites them on the wire).
 
 use std::fs::File;
 use std::io::{BufReader, Read};
@@ -226,14 +228,25 @@ pub(crate) fn compressed(prefix: &[u8]) -> Option<&'static str> {
     }
 }
 
-/// The error for the frame at byte `offset` (frame `number`, from 1).
+/// The error for the frame at byte `offset` (frame `number`, from 1) of `path`.
 fn frame_error(path: &Path, number: u64, offset: u64, what: impl std::fmt::Display) -> InputError {
-    InputError::Invalid(format!(
-        "{}: frame {number} at byte {offset}: {what}\n  (a protobuf span file holds OTLP \
+    InputError::Invalid(frame_message(path.display(), number, offset, what))
+}
+
+/// What is wrong with the frame at byte `offset` (frame `number`, from 1) of the file `name`:
+/// the words of every error about a protobuf span file's frame (`sync`'s reader, `apply`'s
+/// rewriter).
+pub(crate) fn frame_message(
+    name: impl std::fmt::Display,
+    number: u64,
+    offset: u64,
+    what: impl std::fmt::Display,
+) -> String {
+    format!(
+        "{name}: frame {number} at byte {offset}: {what}\n  (a protobuf span file holds OTLP \
          `TracesData` messages, each after its length in 4 bytes big-endian, as the \
-         OpenTelemetry Collector's file exporter writes them with `format: proto`)",
-        path.display()
-    ))
+         OpenTelemetry Collector's file exporter writes them with `format: proto`)"
+    )
 }
 
 /// Reads up to `buf.len()` bytes: fewer only at the end of the file.
@@ -248,6 +261,91 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
         }
     }
     Ok(n)
+}
+
+/// The frames of a protobuf span file, one after the other: what `sync`'s reader and `apply`'s
+/// rewriter both read, so that they agree on where a frame starts, on a cut last frame and on a
+/// corrupt length.
+pub(crate) struct Frames<R> {
+    reader: R,
+    /// The frame last read: its number, from 1.
+    pub(crate) number: u64,
+    /// The frame last read: its byte offset in the file.
+    pub(crate) offset: u64,
+    /// Where the next frame starts.
+    next: u64,
+}
+
+/// What [`Frames::next`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// A whole frame: its message is in the buffer.
+    Whole,
+    /// The end of the file.
+    End,
+    /// The last frame cut short while the file was written: its length, or its message running
+    /// past the end of the file, where what is there starts like a `TracesData`.
+    CutShort,
+}
+
+/// Why [`Frames::next`] failed.
+pub(crate) enum FrameError {
+    /// Reading failed.
+    Io(std::io::Error),
+    /// The frame ([`Frames::number`], at [`Frames::offset`]) is not one: what is wrong.
+    Invalid(String),
+}
+
+impl<R: Read> Frames<R> {
+    /// The frames of `reader`, at the file's start.
+    pub(crate) fn new(reader: R) -> Self {
+        Frames {
+            reader,
+            number: 0,
+            offset: 0,
+            next: 0,
+        }
+    }
+
+    /// Reads the next frame's message into `body` (cleared first).
+    pub(crate) fn next(&mut self, body: &mut Vec<u8>) -> Result<Frame, FrameError> {
+        body.clear();
+        self.offset = self.next;
+        let mut header = [0u8; 4];
+        let got = read_full(&mut self.reader, &mut header).map_err(FrameError::Io)?;
+        if got == 0 {
+            return Ok(Frame::End);
+        }
+        self.number += 1;
+        if got < 4 {
+            // Not even the length is whole: the file was cut short while written.
+            return Ok(Frame::CutShort);
+        }
+        let len = u32::from_be_bytes(header) as u64;
+        (&mut self.reader)
+            .take(len)
+            .read_to_end(body)
+            .map_err(FrameError::Io)?;
+        if (body.len() as u64) < len {
+            if body.is_empty() || body[0] == 0x0a {
+                return Ok(Frame::CutShort);
+            }
+            return Err(FrameError::Invalid(format!(
+                "its length, {len} bytes, runs past the end of the file ({} bytes left), and \
+                 what follows is no `TracesData`: a corrupt length, or not a protobuf span file",
+                body.len()
+            )));
+        }
+        if body.starts_with(&ZSTD_MAGIC) {
+            return Err(FrameError::Invalid(
+                compressed(&[header.as_slice(), &ZSTD_MAGIC].concat())
+                    .unwrap_or_default()
+                    .to_string(),
+            ));
+        }
+        self.next += 4 + len;
+        Ok(Frame::Whole)
+    }
 }
 
 /// Reads every frame of the protobuf span file `path` (opened as `reader`, at its start) into
@@ -298,54 +396,26 @@ fn each_frame(
     each: &mut dyn FnMut(TracesData, u64) -> Result<(), String>,
 ) -> Result<ReadCounts, InputError> {
     let mut counts = ReadCounts::default();
-    let mut offset = 0u64;
-    let mut number = 0u64;
+    let mut frames = Frames::new(reader);
+    let mut body = Vec::new();
     loop {
-        let mut header = [0u8; 4];
-        let got = read_full(&mut reader, &mut header).map_err(|e| InputError::io(path, e))?;
-        if got == 0 {
-            break;
-        }
-        number += 1;
-        if got < 4 {
-            // Not even the length is whole: the file was cut short while written.
-            counts.cut_short = true;
-            break;
-        }
-        let len = u32::from_be_bytes(header) as u64;
-        let mut body = Vec::new();
-        (&mut reader)
-            .take(len)
-            .read_to_end(&mut body)
-            .map_err(|e| InputError::io(path, e))?;
-        if (body.len() as u64) < len {
-            if body.is_empty() || body[0] == 0x0a {
+        match frames.next(&mut body) {
+            Ok(Frame::Whole) => {}
+            Ok(Frame::End) => break,
+            Ok(Frame::CutShort) => {
                 counts.cut_short = true;
                 break;
             }
-            return Err(frame_error(
-                path,
-                number,
-                offset,
-                format_args!(
-                    "its length, {len} bytes, runs past the end of the file ({} bytes left), \
-                     and what follows is no `TracesData`: a corrupt length, or not a \
-                     protobuf span file",
-                    body.len()
-                ),
-            ));
+            Err(FrameError::Io(e)) => return Err(InputError::io(path, e)),
+            Err(FrameError::Invalid(what)) => {
+                return Err(frame_error(path, frames.number, frames.offset, what));
+            }
         }
-        if body.starts_with(&ZSTD_MAGIC) {
-            return Err(frame_error(
-                path,
-                number,
-                offset,
-                compressed(&[header.as_slice(), &ZSTD_MAGIC].concat()).unwrap_or_default(),
-            ));
-        }
+        let (number, offset) = (frames.number, frames.offset);
+        let len = body.len() as u64;
         counts.bytes += 4 + len;
         progress(4 + len);
-        let data = TracesData::decode(Bytes::from(body)).map_err(|e| {
+        let data = TracesData::decode(Bytes::from(std::mem::take(&mut body))).map_err(|e| {
             frame_error(
                 path,
                 number,
@@ -355,9 +425,18 @@ fn each_frame(
         })?;
         each(data, number).map_err(|what| frame_error(path, number, offset, what))?;
         counts.lines += 1;
-        offset += 4 + len;
     }
     Ok(counts)
+}
+
+/// The node the `Resource` message `resource` names by `attribution`'s rule ([`node_of`]), for
+/// `apply`'s rewriter, which copies the message and only reads it.
+pub(crate) fn resource_node(
+    attribution: &NodeAttribution,
+    resource: &[u8],
+) -> Result<Option<String>, prost::DecodeError> {
+    let r = Resource::decode(resource)?;
+    Ok(node_of(attribution, r.attributes.iter().map(KeyValue::attribute)).map(|(name, _)| name))
 }
 
 /// One frame's spans, to the visitor.
@@ -403,7 +482,7 @@ fn id(bytes: &[u8], len: usize, what: &str) -> Result<Option<u128>, String> {
 }
 
 /// A `fixed64` time: None when unset (0).
-fn time(t: u64) -> Result<Option<i64>, String> {
+pub(crate) fn time(t: u64) -> Result<Option<i64>, String> {
     if t == 0 {
         return Ok(None);
     }

@@ -265,3 +265,67 @@ pub fn file_from_json(text: &str) -> Vec<u8> {
     }
     out
 }
+
+/// The messages of a protobuf span file's frames.
+pub fn messages(file: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut rest = file;
+    while let Some((len, body)) = rest.split_first_chunk::<4>() {
+        let (message, next) = body.split_at(u32::from_be_bytes(*len) as usize);
+        out.push(message);
+        rest = next;
+    }
+    assert!(rest.is_empty(), "a cut frame");
+    out
+}
+
+/// The `TracesData` of every frame of a protobuf span file.
+pub fn decode_file(file: &[u8]) -> Vec<TracesData> {
+    messages(file)
+        .into_iter()
+        .map(|m| TracesData::decode(m).expect("a TracesData message"))
+        .collect()
+}
+
+/// A field of a message as it is on the wire: its number, its bytes (key, length, value), and
+/// its payload where it is length-delimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WireField<'a> {
+    pub tag: u32,
+    pub bytes: &'a [u8],
+    pub payload: Option<&'a [u8]>,
+}
+
+/// The fields of `message`, in their order.
+pub fn wire_fields(message: &[u8]) -> Vec<WireField<'_>> {
+    use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
+    let mut out = Vec::new();
+    let mut rest = message;
+    while !rest.is_empty() {
+        let at = rest;
+        let (tag, wire_type) = decode_key(&mut rest).expect("a key");
+        let mut payload = None;
+        if wire_type == WireType::LengthDelimited {
+            let len = decode_varint(&mut rest).expect("a length") as usize;
+            payload = Some(&rest[..len]);
+            rest = &rest[len..];
+        } else {
+            skip_field(wire_type, tag, &mut rest, DecodeContext::default()).expect("a field");
+        }
+        out.push(WireField {
+            tag,
+            bytes: &at[..at.len() - rest.len()],
+            payload,
+        });
+    }
+    out
+}
+
+/// A length-delimited field: key, length, `payload`.
+pub fn delimited(tag: u32, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    prost::encoding::encode_key(tag, prost::encoding::WireType::LengthDelimited, &mut out);
+    prost::encoding::encode_varint(payload.len() as u64, &mut out);
+    out.extend_from_slice(payload);
+    out
+}

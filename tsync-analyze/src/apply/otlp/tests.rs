@@ -34,10 +34,11 @@ fn times_keep_their_spelling_and_zero_is_unset() {
 
 #[test]
 fn attributes_are_appended_to_the_array_as_written() {
-    let mut a = NewAttributes::default();
-    a.string("tsync.node", "n\"1");
-    a.int("tsync.uncertainty_ns", -3);
-    a.bool("tsync.outside_span", true);
+    let a = JsonAttributes::of(&[
+        ("tsync.node", AttrValue::Str("n\"1")),
+        ("tsync.uncertainty_ns", AttrValue::Int(-3)),
+        ("tsync.outside_span", AttrValue::Bool(true)),
+    ]);
     let new = r#"{"key":"tsync.node","value":{"stringValue":"n\"1"}},{"key":"tsync.uncertainty_ns","value":{"intValue":"-3"}},{"key":"tsync.outside_span","value":{"boolValue":true}}"#;
     for (before, after) in [
         ("[]".to_string(), format!("[{new}]")),
