@@ -391,7 +391,7 @@ pub(crate) fn scan_frames(
 /// number (from 1); what `each` refuses is an error naming the frame.
 fn each_frame(
     path: &Path,
-    mut reader: BufReader<File>,
+    reader: BufReader<File>,
     progress: &mut dyn FnMut(u64),
     each: &mut dyn FnMut(TracesData, u64) -> Result<(), String>,
 ) -> Result<ReadCounts, InputError> {
