@@ -89,7 +89,7 @@ pub struct MatchArgs {
     /// spans belong to.
     #[arg(long, value_name = "KEY")]
     pub node_attribute: Option<String>,
-    /// Span files: how many spans are kept to join parents and children (memory: about 0.4 KB
+    /// Span files: how many spans are kept to join parents and children (memory: about 0.33 KB
     /// each); pairs farther apart in the file are counted, not joined.
     #[arg(long, value_name = "N", default_value_t = tsync_analyze::spans::DEFAULT_WINDOW as u64,
           value_parser = clap::value_parser!(u64).range(1..))]

@@ -18,8 +18,9 @@
 //! place for certain (outside them, around a realtime step) drops its message, counted.
 //!
 //! The file is read twice, like a text message file: once when the inputs are opened, for its
-//! nodes (the traces), then for its messages (`read.rs` line by line, `window.rs`: the join of
-//! parents and children within a window of spans). Bad spans are counted and warned about
+//! nodes (the traces) and epoch (`read::scan_spans`: OTLP/JSON searched for two keys, protobuf
+//! frames decoded), then for its messages (`read.rs`, `jsonl/`, `proto.rs`; `window.rs`: the
+//! join of parents and children within a window of spans). Bad spans are counted and warned about
 //! (`problems.rs`), never paired.
 
 pub(crate) mod json;
@@ -47,8 +48,8 @@ use read::{ReadCounts, SpanData, SpanVisitor};
 use rules::Rule;
 
 /// How many spans the join keeps by default: parents and children farther apart in the file
-/// are counted, not joined. About 0.36 KB each with the join's table (measured: `sync` of a
-/// million protobuf spans peaks at 55 MB with a window of 100,000, 380 MB with one of
+/// are counted, not joined. About 0.33 KB each with the join's table (measured: `sync` of a
+/// million protobuf spans peaks at 51 MB with a window of 100,000, 346 MB with one of
 /// 1,000,000; 10⁷ spans of OTLP/JSON at 156 MiB with this default).
 pub const DEFAULT_WINDOW: usize = 200_000;
 

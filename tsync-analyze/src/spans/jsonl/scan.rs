@@ -13,16 +13,17 @@
 
 use memchr::memmem::Finder;
 
-use super::Lines;
 use super::skim::{resource_node, time_value};
 use super::skip::value_end;
 use crate::spans::node::NodeAttribution;
 use crate::spans::read::Found;
 
-/// Scans the lines of `reader`. A last line without its newline is looked at only if it parses
-/// (else the file was cut short there, and the second pass does not read it either).
+/// Scans the lines of `reader`, many at a time: the keys are searched for in everything up to
+/// the last newline read (no line is split: a JSON line holds no raw newline). A last line
+/// without its newline is looked at only if it parses (else the file was cut short there, and
+/// the second pass does not read it either).
 pub(crate) fn scan_lines(
-    reader: impl std::io::Read,
+    mut reader: impl std::io::Read,
     attribution: &NodeAttribution,
 ) -> std::io::Result<Found> {
     let keys = Keys {
@@ -30,12 +31,36 @@ pub(crate) fn scan_lines(
         time: Finder::new(b"TimeUnixNano\""),
     };
     let mut found = Found::default();
-    let mut lines = Lines::new(reader);
-    while let Some(line) = lines.next()? {
-        if line.last() != Some(&b'\n') && !super::strict::is_traces_data(line) {
-            continue;
+    let mut buf = vec![0u8; 4 << 20];
+    // Bytes read and not yet searched: the start of a line.
+    let mut held = 0;
+    loop {
+        if held == buf.len() {
+            // A line longer than the buffer.
+            buf.resize(2 * buf.len(), 0);
         }
-        keys.scan(line, attribution, &mut found);
+        let n = match reader.read(&mut buf[held..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            break;
+        }
+        let end = held + n;
+        held = match memchr::memrchr(b'\n', &buf[held..end]) {
+            Some(k) => {
+                let lines = held + k + 1;
+                keys.scan(&buf[..lines], attribution, &mut found);
+                buf.copy_within(lines..end, 0);
+                end - lines
+            }
+            None => end,
+        };
+    }
+    let last = &buf[..held];
+    if !last.is_empty() && super::strict::is_traces_data(last) {
+        keys.scan(last, attribution, &mut found);
     }
     Ok(found)
 }
