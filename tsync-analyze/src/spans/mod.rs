@@ -41,6 +41,8 @@ use crate::input::{InputSet, Source, SourceKind};
 use crate::matching::MatchStats;
 use crate::model::{Exchange, MatchedMessage, Message, MessageSink, Origin};
 
+#[cfg(feature = "fuzzing")]
+pub use jsonl::readings_agree;
 pub use node::{DEFAULT_NODE_ATTRIBUTES, NodeAttribution, SpanNode};
 pub use window::JoinCounts;
 

@@ -20,7 +20,13 @@ mod ctf;
 pub mod report;
 
 /// The fuzz targets (`fuzz/fuzz_targets/NAME.rs`).
-pub const TARGETS: &[&str] = &["trace_reader", "text_parser", "sync_pipeline", "ctf_reader"];
+pub const TARGETS: &[&str] = &[
+    "trace_reader",
+    "text_parser",
+    "sync_pipeline",
+    "ctf_reader",
+    "span_reader",
+];
 /// The largest seed: bigger files are cut (a cut trace file is a valid input too).
 const MAX_SEED_BYTES: usize = 32 << 10;
 /// Options of `sync_pipeline`'s input (first byte; `fuzz/src/lib.rs`).
@@ -42,6 +48,8 @@ pub struct Seeds {
     pub sync_pipeline: Vec<Seed>,
     /// For `ctf_reader`: CTF traces in its input layout (with the `check` feature, empty without).
     pub ctf_reader: Vec<Seed>,
+    /// For `span_reader`: OTLP/JSON span files as the Collector's file exporter writes them.
+    pub span_reader: Vec<Seed>,
 }
 
 impl Seeds {
@@ -52,6 +60,7 @@ impl Seeds {
             "text_parser" => Some(&self.text_parser),
             "sync_pipeline" => Some(&self.sync_pipeline),
             "ctf_reader" if cfg!(feature = "check") => Some(&self.ctf_reader),
+            "span_reader" => Some(&self.span_reader),
             _ => None,
         }
     }
@@ -181,8 +190,44 @@ impl Seeds {
             text_parser: texts,
             sync_pipeline,
             ctf_reader,
+            span_reader: span_files(),
         })
     }
+}
+
+/// OTLP/JSON span files: a CLIENT span on one node and its SERVER child on another (in either
+/// order, with a message event and a link), the usual shape and one with escapes, and a file cut
+/// short.
+fn span_files() -> Vec<Seed> {
+    let resource = |host: &str| {
+        format!(
+            r#""resource":{{"attributes":[{{"key":"host.name","value":{{"stringValue":"{host}"}}}},{{"key":"process.pid","value":{{"intValue":"41"}}}}]}}"#
+        )
+    };
+    let line = |host: &str, spans: &str| {
+        format!(
+            r#"{{"resourceSpans":[{{{},"scopeSpans":[{{"scope":{{"name":"s","version":"1"}},"spans":[{spans}]}}],"schemaUrl":"u"}}]}}"#,
+            resource(host)
+        )
+    };
+    let client = r#"{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b173","parentSpanId":"","flags":256,"name":"GET","kind":3,"startTimeUnixNano":"1700000000000000100","endTimeUnixNano":"1700000000000900100","attributes":[{"key":"http.url","value":{"stringValue":"http://b:1/x?a=1\u0026b=\"2\""}}],"events":[{"name":"message","timeUnixNano":"1700000000000000200","attributes":[{"key":"message.type","value":{"stringValue":"SENT"}},{"key":"message.id","value":{"intValue":"1"}}]}],"status":{"code":2}}"#;
+    let server = r#"{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174","parentSpanId":"eee19b7ec3c1b173","flags":768,"name":"GET /x","kind":2,"startTimeUnixNano":"1700000000000300100","endTimeUnixNano":1700000000000600100,"events":[{"name":"message","timeUnixNano":"1700000000000300200","attributes":[{"key":"message.type","value":{"stringValue":"RECEIVED"}},{"key":"message.id","value":{"intValue":"1"}}]}],"links":[{"traceId":"5b8efff798038103d269b633813fc60d","spanId":"0000000000000009"}],"status":{}}"#;
+    let a = line("a", client);
+    let b = line("b", server);
+    vec![
+        (
+            "spans-client-first".into(),
+            format!("{a}\n{b}\n").into_bytes(),
+        ),
+        (
+            "spans-server-first".into(),
+            format!("{b}\n\n{a}\n").into_bytes(),
+        ),
+        (
+            "spans-cut-short".into(),
+            format!("{a}\n{}", &b[..b.len() / 2]).into_bytes(),
+        ),
+    ]
 }
 
 /// `sync_pipeline`'s input layout (`fuzz/src/lib.rs`, `SyncInput`): options, length of file A,

@@ -26,6 +26,13 @@ use crate::input::error::InputError;
 
 pub(super) use scan::scan_lines;
 
+/// Test support (the span fuzz target): whether the fast reading of a line (a whole trimmed
+/// line) gives what the reference reading gives, where it takes the line at all.
+#[cfg(feature = "fuzzing")]
+pub fn readings_agree(line: &str) -> Result<(), String> {
+    skim::readings_agree(line)
+}
+
 /// Reads the OTLP/JSON lines of `reader` (the file at `path`) into `visitor`.
 pub(super) fn read_lines(
     path: &Path,
