@@ -116,12 +116,27 @@ impl<R: std::io::Read> Lines<R> {
 
     /// The next line with its newline (the last one may have none); None at the end.
     pub(super) fn next(&mut self) -> std::io::Result<Option<&[u8]>> {
+        self.next_by(|text| memchr::memchr(b'\n', text))
+    }
+
+    /// Every whole line read so far together, up to the last newline (the last line of the
+    /// file may come alone, without its newline); None at the end. For a reading that need
+    /// not split lines.
+    pub(super) fn next_lines(&mut self) -> std::io::Result<Option<&[u8]>> {
+        self.next_by(|text| memchr::memrchr(b'\n', text))
+    }
+
+    /// Lines up to the newline `newline` finds in what was read and not yet looked at.
+    fn next_by(
+        &mut self,
+        newline: impl Fn(&[u8]) -> Option<usize>,
+    ) -> std::io::Result<Option<&[u8]>> {
         loop {
-            if let Some(i) = memchr::memchr(b'\n', &self.buf[self.scanned..self.end]) {
-                let line = self.start..self.scanned + i + 1;
-                self.start = line.end;
-                self.scanned = line.end;
-                return Ok(Some(&self.buf[line]));
+            if let Some(i) = newline(&self.buf[self.scanned..self.end]) {
+                let lines = self.start..self.scanned + i + 1;
+                self.start = lines.end;
+                self.scanned = lines.end;
+                return Ok(Some(&self.buf[lines]));
             }
             self.scanned = self.end;
             if self.eof {
@@ -129,21 +144,26 @@ impl<R: std::io::Read> Lines<R> {
                 self.start = self.end;
                 return Ok((!line.is_empty()).then(|| &self.buf[line]));
             }
-            // The start of a line: moved to the front, with room after it to read into.
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.scanned = self.end;
-            self.start = 0;
-            if self.end == self.buf.len() {
-                self.buf.resize(2 * self.buf.len(), 0);
-            }
-            match self.reader.read(&mut self.buf[self.end..]) {
-                Ok(0) => self.eof = true,
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+            self.refill()?;
         }
+    }
+
+    /// Moves the start of a line to the front, with room after it, and reads into that room.
+    fn refill(&mut self) -> std::io::Result<()> {
+        self.buf.copy_within(self.start..self.end, 0);
+        self.end -= self.start;
+        self.scanned = self.end;
+        self.start = 0;
+        if self.end == self.buf.len() {
+            self.buf.resize(2 * self.buf.len(), 0);
+        }
+        match self.reader.read(&mut self.buf[self.end..]) {
+            Ok(0) => self.eof = true,
+            Ok(n) => self.end += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        Ok(())
     }
 }
 
@@ -164,6 +184,18 @@ mod tests {
                     got,
                     text.split_inclusive('\n').collect::<Vec<_>>(),
                     "{capacity}"
+                );
+                // Together: the same bytes, in blocks of whole lines but the file's last.
+                let mut lines = Lines::with_capacity(text.as_bytes(), capacity);
+                let mut blocks = Vec::new();
+                while let Some(block) = lines.next_lines().unwrap() {
+                    blocks.push(String::from_utf8(block.to_vec()).unwrap());
+                }
+                assert_eq!(blocks.concat(), text, "{capacity}");
+                let whole = blocks.len().saturating_sub(1);
+                assert!(
+                    blocks[..whole].iter().all(|b| b.ends_with('\n')),
+                    "{blocks:?}"
                 );
             }
         }

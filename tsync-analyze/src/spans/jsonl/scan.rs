@@ -13,6 +13,7 @@
 
 use memchr::memmem::Finder;
 
+use super::Lines;
 use super::skim::{resource_node, time_value};
 use super::skip::value_end;
 use crate::spans::node::NodeAttribution;
@@ -23,7 +24,7 @@ use crate::spans::read::Found;
 /// without its newline is looked at only if it parses (else the file was cut short there, and
 /// the second pass does not read it either).
 pub(crate) fn scan_lines(
-    mut reader: impl std::io::Read,
+    reader: impl std::io::Read,
     attribution: &NodeAttribution,
 ) -> std::io::Result<Found> {
     let keys = Keys {
@@ -31,36 +32,12 @@ pub(crate) fn scan_lines(
         time: Finder::new(b"TimeUnixNano\""),
     };
     let mut found = Found::default();
-    let mut buf = vec![0u8; 4 << 20];
-    // Bytes read and not yet searched: the start of a line.
-    let mut held = 0;
-    loop {
-        if held == buf.len() {
-            // A line longer than the buffer.
-            buf.resize(2 * buf.len(), 0);
+    let mut lines = Lines::new(reader);
+    while let Some(block) = lines.next_lines()? {
+        if block.last() != Some(&b'\n') && !super::strict::is_traces_data(block) {
+            continue;
         }
-        let n = match reader.read(&mut buf[held..]) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if n == 0 {
-            break;
-        }
-        let end = held + n;
-        held = match memchr::memrchr(b'\n', &buf[held..end]) {
-            Some(k) => {
-                let lines = held + k + 1;
-                keys.scan(&buf[..lines], attribution, &mut found);
-                buf.copy_within(lines..end, 0);
-                end - lines
-            }
-            None => end,
-        };
-    }
-    let last = &buf[..held];
-    if !last.is_empty() && super::strict::is_traces_data(last) {
-        keys.scan(last, attribution, &mut found);
+        keys.scan(block, attribution, &mut found);
     }
     Ok(found)
 }

@@ -34,8 +34,8 @@ pub(super) struct Skimmed<'k> {
 }
 
 impl<'k> Skimmed<'k> {
-    /// Reads `text`, a whole trimmed line; false when it is not of the usual shape (nothing
-    /// kept).
+    /// Reads `text`, a whole trimmed line; false when it is not of the usual shape (then what
+    /// was kept of it is not to be delivered).
     pub(super) fn line(&mut self, text: &str, attribution: &'k NodeAttribution) -> bool {
         self.resources.clear();
         self.spans.clear();
@@ -43,15 +43,10 @@ impl<'k> Skimmed<'k> {
             s: text.as_bytes(),
             i: 0,
         };
-        let read = traces_data(&mut p, attribution, self).is_some() && {
+        traces_data(&mut p, attribution, self).is_some() && {
             p.ws();
             p.i == p.s.len()
-        };
-        if !read {
-            self.resources.clear();
-            self.spans.clear();
         }
-        read
     }
 
     /// Hands the line's resources and spans to `visitor`, as the reference reading does.
