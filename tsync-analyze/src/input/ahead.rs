@@ -56,7 +56,8 @@ pub struct Decoders {
 }
 
 /// What the pool computes for every chunk, beside decoding it: each event's hash, appended to
-/// the vector (a function per chunk, not per event, so that its loop inlines the hash).
+/// the vector (a function per chunk, not per event, so that its loop inlines the hash), and
+/// whatever its caller reads after them (the merge's pads them for its prefetch).
 pub type HashFn = fn(&[PacketEvent], &mut Vec<u64>);
 
 /// One file on the pool: its reader (until it is handed back) and where its chunks go.
@@ -191,7 +192,8 @@ fn decode(slot: &Slot) {
         Ok(Some(_)) => {
             let mut events = st.spare.try_recv().unwrap_or_default();
             reader.swap_events(&mut events);
-            let mut hashes = Vec::with_capacity(events.len());
+            // (The function reserves what it writes: the merge's writes more hashes than events.)
+            let mut hashes = Vec::new();
             (st.hash)(&events, &mut hashes);
             let samples = reader.clock_samples()[st.samples_sent..].to_vec();
             let kernel_clock = reader.kernel_clock()[st.kernel_sent..].to_vec();

@@ -194,8 +194,8 @@ impl TraceFile {
         }
     }
 
-    /// The hashes of the events of the chunk read last, if a decoding pool computed them
-    /// ([`Decoders::new`]'s function).
+    /// The hashes of the events of the chunk read last, if a decoding pool computed them: what
+    /// [`Decoders::new`]'s function wrote (the merge's pads them with a few more).
     pub fn hashes(&self) -> Option<&[u64]> {
         match &self.source {
             Backend::Ahead(a) => Some(&a.hashes),

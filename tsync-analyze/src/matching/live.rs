@@ -113,9 +113,43 @@ impl<K: Copy + Default, V: Copy + Default> LiveKeys<K, V> {
         (p.wrapping_sub(self.head) as usize) < self.len
     }
 
+    /// The slot of position `p`. Unchecked: on the path of every event (the probe, the insert,
+    /// the expiry), where a bounds check the compiler cannot drop costs a load of the length, a
+    /// compare and a branch, and makes the calling loop keep the length at hand.
     #[inline(always)]
     fn slot(&self, p: u32) -> &Slot<K, V> {
-        &self.ring[p as usize & self.ring_mask]
+        let i = p as usize & self.ring_mask;
+        debug_assert!(i < self.ring.len());
+        // SAFETY: `ring_mask` is always `ring.len() - 1` (both are set together, in
+        // `with_capacity` and `make_room`), so the masked index is in range.
+        unsafe { self.ring.get_unchecked(i) }
+    }
+
+    /// [`slot`](Self::slot), to write.
+    #[inline(always)]
+    fn slot_mut(&mut self, p: u32) -> &mut Slot<K, V> {
+        let i = p as usize & self.ring_mask;
+        debug_assert!(i < self.ring.len());
+        // SAFETY: as in `slot`: `ring_mask` is `ring.len() - 1`.
+        unsafe { self.ring.get_unchecked_mut(i) }
+    }
+
+    /// The index cell `i`, to write (`i` is masked, as in [`slot`](Self::slot)).
+    #[inline(always)]
+    fn cell_mut(&mut self, i: usize) -> &mut u64 {
+        let i = i & self.cell_mask;
+        debug_assert!(i < self.cells.len());
+        // SAFETY: `cell_mask` is always `cells.len() - 1` (both are set together, in
+        // `with_capacity` and `make_room`), so the masked index is in range.
+        unsafe { self.cells.get_unchecked_mut(i) }
+    }
+
+    /// The index cells as a slice `mask + 1` long, and `mask`: a cell index masked with it
+    /// needs no bounds check, the compiler sees that it is in range (the one check, here, always
+    /// passes: `cell_mask` is `cells.len() - 1`). For the probe's loop over cells.
+    #[inline(always)]
+    fn cell_table(&self) -> (&[u64], usize) {
+        (&self.cells[..=self.cell_mask], self.cell_mask)
     }
 
     /// Looks `key` (whose hash is `hash`) up.
@@ -124,11 +158,11 @@ impl<K: Copy + Default, V: Copy + Default> LiveKeys<K, V> {
     where
         K: KeyEq<Q>,
     {
-        let mask = self.cell_mask;
+        let (cells, mask) = self.cell_table();
         let tag = self.tag(hash);
         let mut i = self.home(hash);
         loop {
-            let c = self.cells[i];
+            let c = cells[i];
             let upper = c >> 32;
             if upper == tag {
                 // A dead cell of the key may come before its live one (the key was decided and
@@ -147,7 +181,7 @@ impl<K: Copy + Default, V: Copy + Default> LiveKeys<K, V> {
     /// The value of the live entry at position `p` (from [`probe`](Self::probe)).
     #[inline(always)]
     pub fn value_mut(&mut self, p: u32) -> &mut V {
-        &mut self.ring[p as usize & self.ring_mask].value
+        &mut self.slot_mut(p).value
     }
 
     /// The live entry of `key` (whose hash is `hash`).
@@ -190,8 +224,8 @@ impl<K: Copy + Default, V: Copy + Default> LiveKeys<K, V> {
         self.room -= 1;
         let p = self.head.wrapping_add(self.len as u32);
         self.len += 1;
-        self.cells[cell] = self.tag(hash) << 32 | u64::from(p);
-        let slot = &mut self.ring[p as usize & self.ring_mask];
+        *self.cell_mut(cell) = self.tag(hash) << 32 | u64::from(p);
+        let slot = self.slot_mut(p);
         slot.hash = hash;
         slot.key = key;
         &mut slot.value
@@ -200,9 +234,9 @@ impl<K: Copy + Default, V: Copy + Default> LiveKeys<K, V> {
     /// The first empty cell of `hash`'s probe sequence.
     #[inline]
     fn vacant_cell(&self, hash: u64) -> usize {
-        let mask = self.cell_mask;
+        let (cells, mask) = self.cell_table();
         let mut i = self.home(hash);
-        while self.is_used(self.cells[i] >> 32) {
+        while self.is_used(cells[i] >> 32) {
             i = (i + 1) & mask;
         }
         i
@@ -236,7 +270,8 @@ impl<K: Copy + Default, V: Copy + Default> LiveKeys<K, V> {
     /// Starts loading the home cell of `hash` (see [`crate::matching::keys::KeyMatcher::prefetch`]).
     #[inline]
     pub fn prefetch_home(&self, hash: u64) {
-        prefetch(&self.cells[self.home(hash)]);
+        // (A hint: the address needs no bounds check, a prefetch never faults.)
+        prefetch(self.cells.as_ptr().wrapping_add(self.home(hash)));
     }
 
     /// Asks for the entry popped a few calls from now: the front of the ring was written a whole

@@ -105,8 +105,8 @@ struct Stream {
     /// The events are used in place (`file.events()[pos..]`).
     file: TraceFile,
     pos: usize,
-    /// The packet-key hash of each event of the chunk in hand (see [`Stream::refill`]), unless
-    /// the file comes with them.
+    /// The packet-key hash of each event of the chunk in hand (see [`Stream::refill`]), then
+    /// [`HASH_PADDING`] zeros ([`hash_keys`]), unless the file comes with them.
     hashes: Vec<u64>,
     /// Events consumed (index of the next one in file order).
     index: u64,
@@ -121,6 +121,18 @@ struct Stream {
     invalid: u64,
     /// First and last event on the merge axis (None for a trace without events).
     span: Option<(i64, i64)>,
+}
+
+/// Where the merged stream is: what every file's events carry on from.
+struct Merged {
+    /// The merge axis's high-water mark.
+    hw: i64,
+    /// Position in the merged input of the next usable event.
+    seq: u64,
+    /// `seq` at which the next tick is due.
+    next_tick: u64,
+    /// Input consumed since the last tick.
+    bytes: u64,
 }
 
 impl Stream {
@@ -147,11 +159,68 @@ impl Stream {
     fn aligned(&self, e: &PacketEvent) -> i64 {
         (e.ts_ns as i64).saturating_add(self.offset)
     }
+
+    /// Passes the events of the chunk in hand to `d`, from `pos` on, until one lies past `limit`
+    /// on the merge axis (returns its aligned time; the stream stays at it) or the chunk is used
+    /// up (None).
+    ///
+    /// The hot loop of the merge. The events, their hashes and the hashes to prefetch are
+    /// walked together as slices whose lengths are checked once per call, not per event: the
+    /// hash to prefetch is read from the same hashes shifted by [`HASH_PADDING`], which
+    /// [`hash_keys`] appended for the last events of the chunk. The per-file counters are kept
+    /// in locals and stored once per call: fields of `self`, they would be stored and loaded
+    /// again around every call into `d`.
+    #[inline(always)]
+    fn feed<D: Dispatch>(&mut self, limit: i64, m: &mut Merged, d: &mut D) -> Option<i64> {
+        let events = &self.file.events()[self.pos..];
+        let hashes = self.file.hashes().unwrap_or(&self.hashes);
+        let hashes = &hashes[self.pos..self.pos + events.len() + HASH_PADDING];
+        let ahead = &hashes[HASH_PADDING..];
+        let (trace, offset) = (self.trace, self.offset);
+        let (mut index, mut last_ts) = (self.index, self.last_ts);
+        let (mut out_of_order, mut invalid) = (self.out_of_order, self.invalid);
+        let mut stopped = None;
+        for ((e, &hash), &ahead) in events.iter().zip(hashes).zip(ahead) {
+            let aligned = (e.ts_ns as i64).saturating_add(offset);
+            if aligned > limit {
+                stopped = Some(aligned);
+                break;
+            }
+            d.prefetch(ahead);
+            let this = index;
+            index += 1;
+            if !usable(e) {
+                invalid += 1;
+                continue;
+            }
+            let t = e.ts_ns as i64;
+            if t < last_ts {
+                out_of_order += 1;
+            }
+            last_ts = last_ts.max(t);
+            m.hw = m.hw.max(aligned);
+            d.event(trace, e, hash, this, m.hw, m.seq);
+            m.seq += 1;
+            if m.seq == m.next_tick {
+                m.next_tick += TICK_EVENTS;
+                d.tick(m.hw, std::mem::take(&mut m.bytes));
+            }
+        }
+        self.pos += (index - self.index) as usize;
+        (self.index, self.last_ts) = (index, last_ts);
+        (self.out_of_order, self.invalid) = (out_of_order, invalid);
+        stopped
+    }
 }
 
-/// Appends the packet-key hash of each of `events` to `out`.
+/// Appends the packet-key hash of each of `events` to `out`, then [`HASH_PADDING`] zeros: the
+/// merge loop ([`Stream::feed`]) reads the hash `HASH_PADDING` events ahead of each event to
+/// prefetch its index cell, and for the last events of a chunk reads a zero (a prefetch of one
+/// cell, a hint) instead of checking, event by event, whether the chunk has that event.
 fn hash_keys(events: &[PacketEvent], out: &mut Vec<u64>) {
+    out.reserve(events.len() + HASH_PADDING);
     out.extend(events.iter().map(key_hash));
+    out.extend([0; HASH_PADDING]);
 }
 
 /// True when every trace comes from one boot of one host (namespaces of one machine): their
@@ -404,75 +473,52 @@ impl Reader {
                 heap.push(Reverse((first, i)));
             }
         }
-        let (mut hw, mut seq, mut bytes) = (i64::MIN, 0u64, 0u64);
-        let mut next_tick = TICK_EVENTS;
+        let mut m = Merged {
+            hw: i64::MIN,
+            seq: 0,
+            next_tick: TICK_EVENTS,
+            bytes: 0,
+        };
         // Taking events in slices instead of one by one keeps the heap off the per-event path.
         while let Some(Reverse((_, i))) = heap.pop() {
             let limit = heap
                 .peek()
                 .map_or(i64::MAX, |r| r.0.0.saturating_add(self.slack));
             let st = &mut self.streams[i];
-            'stream: loop {
-                let events = st.file.events();
-                if st.pos == events.len() {
-                    bytes += st.file.chunk_bytes();
-                    let events = st.file.events();
-                    // The span ends with the last event of the last chunk (per chunk, not per
-                    // event: this loop is the hot path).
-                    if let Some(last) = events.last().map(|e| st.aligned(e))
-                        && let Some(span) = st.span.as_mut()
-                    {
-                        span.1 = span.1.max(last);
-                    }
-                    if !st.refill()? {
-                        if let Some((_, last)) = st.span {
-                            d.trace_ends(st.trace, last, hw);
-                        }
-                        break;
-                    }
-                    continue;
+            loop {
+                if let Some(next) = st.feed(limit, &mut m, d) {
+                    heap.push(Reverse((next, i)));
+                    break;
                 }
-                // The chunk in hand, event by event (its file is asked for it once per chunk).
-                let hashes = &st.file.hashes().unwrap_or(&st.hashes)[..events.len()];
-                while let Some(e) = events.get(st.pos) {
-                    let aligned = st.aligned(e);
-                    if aligned > limit {
-                        heap.push(Reverse((aligned, i)));
-                        break 'stream;
+                m.bytes += st.file.chunk_bytes();
+                let events = st.file.events();
+                // The span ends with the last event of the last chunk (per chunk, not per
+                // event: this loop is the hot path).
+                if let Some(last) = events.last().map(|e| st.aligned(e))
+                    && let Some(span) = st.span.as_mut()
+                {
+                    span.1 = span.1.max(last);
+                }
+                if !st.refill()? {
+                    if let Some((_, last)) = st.span {
+                        d.trace_ends(st.trace, last, m.hw);
                     }
-                    let hash = hashes[st.pos];
-                    st.pos += 1;
-                    if let Some(&ahead) = hashes.get(st.pos + PREFETCH_DISTANCE) {
-                        d.prefetch(ahead);
-                    }
-                    let index = st.index;
-                    st.index += 1;
-                    if !usable(e) {
-                        st.invalid += 1;
-                        continue;
-                    }
-                    let t = e.ts_ns as i64;
-                    if t < st.last_ts {
-                        st.out_of_order += 1;
-                    }
-                    st.last_ts = st.last_ts.max(t);
-                    hw = hw.max(aligned);
-                    d.event(st.trace, e, hash, index, hw, seq);
-                    seq += 1;
-                    if seq == next_tick {
-                        next_tick += TICK_EVENTS;
-                        d.tick(hw, std::mem::take(&mut bytes));
-                    }
+                    break;
                 }
             }
         }
-        d.tick(hw, bytes);
+        d.tick(m.hw, m.bytes);
         Ok(())
     }
 }
 
-/// How many events ahead the matcher is asked to load the index cells an event will probe.
+/// How many events ahead the matcher is asked to load the index cells an event will probe,
+/// counted from the next event.
 const PREFETCH_DISTANCE: usize = 4;
+
+/// The hashes after a chunk's last event's (see [`hash_keys`]): an event's prefetch reads the
+/// hash at its own position plus this.
+const HASH_PADDING: usize = PREFETCH_DISTANCE + 1;
 
 /// Matches the events of several trace files and streams the messages to `sink`, on
 /// `options.thread_count()` threads (see [`parallel`]).
