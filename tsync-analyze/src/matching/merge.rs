@@ -16,7 +16,7 @@ use std::collections::{BinaryHeap, HashMap};
 use tsync_common::PacketEvent;
 use tsync_common::format::read_address_tables;
 
-use crate::input::ahead::{self, Decoders};
+use crate::input::ahead::Decoders;
 use crate::input::error::InputError;
 use crate::input::tracefile::{TraceFile, TraceHeader, usable};
 use crate::input::{InputSet, Source, SourceKind, text};
@@ -24,7 +24,7 @@ use crate::matching::alignment::SampleInput;
 use crate::matching::exchange::ReplyPairing;
 use crate::matching::key_hash;
 use crate::matching::keys::{self, Recordings};
-use crate::matching::parallel::{self, Dispatch};
+use crate::matching::parallel::{self, Dispatch, Plan};
 use crate::matching::{MatchOptions, MatchStats, offload_warning, unmatched_warning};
 use crate::model::{MatchedMessage, MessageSink, Origin};
 
@@ -389,12 +389,11 @@ pub(super) struct Reader {
 
 impl Reader {
     /// Opens the files, aligns their clocks coarsely and finds each one's first event.
-    fn open(sources: &[&Source], options: &MatchOptions) -> Result<Reader, InputError> {
+    fn open(sources: &[&Source], options: &MatchOptions, plan: Plan) -> Result<Reader, InputError> {
         let mut streams = Vec::with_capacity(sources.len());
-        // With several threads, the files are decoded ahead on as many (see `input::ahead`).
+        // With several threads, the files may be decoded ahead (see `input::ahead`).
         let threads = options.thread_count();
-        let decoders = (threads > 1 && sources.len() <= ahead::MAX_FILES)
-            .then(|| Decoders::new(threads, hash_keys));
+        let decoders = (plan.decoders > 0).then(|| Decoders::new(plan.decoders, hash_keys));
         for s in sources {
             let file = match &decoders {
                 Some(pool) => TraceFile::open_ahead(&s.path, pool)?,
@@ -530,8 +529,9 @@ pub fn match_files<S: MessageSink + ?Sized>(
     sink: &mut S,
     progress: &mut dyn FnMut(u64),
 ) -> Result<MatchStats, InputError> {
-    let mut reader = Reader::open(sources, options)?;
-    let mut stats = parallel::run(&mut reader, options, sink, progress)?;
+    let plan = Plan::new(options.thread_count(), sources.len());
+    let mut reader = Reader::open(sources, options, plan)?;
+    let mut stats = parallel::run(&mut reader, plan, options, sink, progress)?;
     let streams = &reader.streams;
     let mut warnings = std::mem::take(&mut reader.warnings);
     stats.out_of_order += streams.iter().map(|st| st.out_of_order).sum::<u64>();
