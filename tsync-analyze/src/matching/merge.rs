@@ -9,9 +9,14 @@
 //! sample. That alignment is only as good as the nodes' NTP (milliseconds); the window absorbs it,
 //! and a coarse alignment from the packets themselves ([`super::alignment`]) corrects clocks that
 //! are further off. The estimate itself never uses it.
+//!
+//! That alignment reads the start of every file before the merge, through the streams' own
+//! files, and hands each stream the chunks it read ([`alignment::Read`]): a stream takes those
+//! first ([`Stream::refill`]) and then reads its file on, so the sample's events are not decoded
+//! or hashed again (up to the sample's budget: see there).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use tsync_common::PacketEvent;
 use tsync_common::format::read_address_tables;
@@ -20,7 +25,7 @@ use crate::input::ahead::Decoders;
 use crate::input::error::InputError;
 use crate::input::tracefile::{TraceFile, TraceHeader, usable};
 use crate::input::{InputSet, Source, SourceKind, text};
-use crate::matching::alignment::SampleInput;
+use crate::matching::alignment::{self, Kept, Read, SampleInput};
 use crate::matching::exchange::ReplyPairing;
 use crate::matching::key_hash;
 use crate::matching::keys::{self, Recordings};
@@ -102,11 +107,18 @@ impl InputSet {
 /// One file being streamed.
 struct Stream {
     trace: u32,
-    /// The events are used in place (`file.events()[pos..]`).
+    /// The events are used in place (`file.events()[pos..]`, or `kept`'s).
     file: TraceFile,
+    /// The chunks the coarse alignment read from `file`, in file order: taken before `file` is
+    /// read on (see [`Stream::refill`]).
+    replay: VecDeque<Read>,
+    /// The chunk in hand, when it was taken from `replay`.
+    kept: Option<Kept>,
+    /// [`TraceFile::chunk_bytes`] of the chunks taken from `replay` and not yet counted.
+    kept_bytes: u64,
     pos: usize,
     /// The packet-key hash of each event of the chunk in hand (see [`Stream::refill`]), then
-    /// [`HASH_PADDING`] zeros ([`hash_keys`]), unless the file comes with them.
+    /// [`HASH_PADDING`] zeros ([`hash_keys`]), unless the file or `kept` comes with them.
     hashes: Vec<u64>,
     /// Events consumed (index of the next one in file order).
     index: u64,
@@ -136,6 +148,28 @@ struct Merged {
 }
 
 impl Stream {
+    /// Trace number `trace`, read from `file`, before its first chunk.
+    fn new(trace: u32, file: TraceFile) -> Self {
+        let shift = file.start_shift();
+        Stream {
+            trace,
+            file,
+            replay: VecDeque::new(),
+            kept: None,
+            kept_bytes: 0,
+            pos: 0,
+            hashes: Vec::new(),
+            index: 0,
+            shift,
+            coarse: 0,
+            offset: shift,
+            last_ts: i64::MIN,
+            out_of_order: 0,
+            invalid: 0,
+            span: None,
+        }
+    }
+
     /// Loads the next chunk; false at the end.
     ///
     /// Hashes every event's packet key once, here: the merge loop asks for an event's index
@@ -143,9 +177,23 @@ impl Stream {
     /// hash, so each of them reads it instead of hashing the key again (a tight loop over the
     /// chunk also hashes faster than the merge loop would, event by event). A file decoded on
     /// the pool comes with its hashes, computed there, off this thread.
+    ///
+    /// The chunks the coarse alignment read come first, hashed already, each with the shift
+    /// and byte count read with it; then, or where it stopped on an error (returned here, as
+    /// reading the file would), the file is read on.
     fn refill(&mut self) -> Result<bool, InputError> {
-        let more = self.file.next_chunk()?.is_some();
         self.pos = 0;
+        let more = match self.replay.pop_front() {
+            Some(Read::Chunk(kept)) => {
+                self.take_kept(kept);
+                return Ok(true);
+            }
+            Some(Read::Failed(e)) => return Err(e),
+            // The alignment read up to the end: the file is there (without events) already.
+            Some(Read::End) => false,
+            None => self.file.next_chunk()?.is_some(),
+        };
+        self.kept = None;
         if self.file.hashes().is_none() {
             self.hashes.clear();
             hash_keys(self.file.events(), &mut self.hashes);
@@ -153,6 +201,36 @@ impl Stream {
         self.shift = self.file.latest_shift(self.shift);
         self.offset = self.shift.saturating_add(self.coarse);
         Ok(more)
+    }
+
+    /// [`refill`](Self::refill) with a chunk the alignment read.
+    fn take_kept(&mut self, kept: Kept) {
+        self.shift = kept.shift;
+        self.offset = self.shift.saturating_add(self.coarse);
+        self.kept_bytes += kept.bytes;
+        self.kept = Some(kept);
+    }
+
+    /// The events of the chunk in hand and their hashes (padded).
+    #[inline(always)]
+    fn chunk(&self) -> (&[PacketEvent], &[u64]) {
+        match &self.kept {
+            Some(k) => (&k.events, &k.hashes),
+            None => (
+                self.file.events(),
+                self.file.hashes().unwrap_or(&self.hashes),
+            ),
+        }
+    }
+
+    /// [`TraceFile::chunk_bytes`] of the chunk in hand, with that of any chunk taken from
+    /// `replay` before it and not counted (an empty one): what the file would have said.
+    fn take_bytes(&mut self) -> u64 {
+        let kept = std::mem::take(&mut self.kept_bytes);
+        match self.kept {
+            Some(_) => kept,
+            None => kept + self.file.chunk_bytes(),
+        }
     }
 
     #[inline]
@@ -172,8 +250,8 @@ impl Stream {
     /// again around every call into `d`.
     #[inline(always)]
     fn feed<D: Dispatch>(&mut self, limit: i64, m: &mut Merged, d: &mut D) -> Option<i64> {
-        let events = &self.file.events()[self.pos..];
-        let hashes = self.file.hashes().unwrap_or(&self.hashes);
+        let (events, hashes) = self.chunk();
+        let events = &events[self.pos..];
         let hashes = &hashes[self.pos..self.pos + events.len() + HASH_PADDING];
         let ahead = &hashes[HASH_PADDING..];
         let (trace, offset) = (self.trace, self.offset);
@@ -217,7 +295,7 @@ impl Stream {
 /// merge loop ([`Stream::feed`]) reads the hash `HASH_PADDING` events ahead of each event to
 /// prefetch its index cell, and for the last events of a chunk reads a zero (a prefetch of one
 /// cell, a hint) instead of checking, event by event, whether the chunk has that event.
-fn hash_keys(events: &[PacketEvent], out: &mut Vec<u64>) {
+pub(super) fn hash_keys(events: &[PacketEvent], out: &mut Vec<u64>) {
     out.reserve(events.len() + HASH_PADDING);
     out.extend(events.iter().map(key_hash));
     out.extend([0; HASH_PADDING]);
@@ -399,32 +477,19 @@ impl Reader {
                 Some(pool) => TraceFile::open_ahead(&s.path, pool)?,
                 None => TraceFile::open(&s.path)?,
             };
-            let shift = file.start_shift();
-            streams.push(Stream {
-                trace: s.first_trace,
-                file,
-                pos: 0,
-                hashes: Vec::new(),
-                index: 0,
-                shift,
-                coarse: 0,
-                offset: shift,
-                last_ts: i64::MIN,
-                out_of_order: 0,
-                invalid: 0,
-                span: None,
-            });
+            streams.push(Stream::new(s.first_trace, file));
         }
         let mut warnings = Vec::new();
         if !same_host(&streams) {
-            let files: Vec<SampleInput<'_>> = streams
-                .iter()
+            let mut files: Vec<SampleInput<'_>> = streams
+                .iter_mut()
                 .map(|st| SampleInput {
-                    path: st.file.path(),
                     name: st.file.node_name(),
+                    file: &mut st.file,
+                    kept: &mut st.replay,
                 })
                 .collect();
-            let alignment = crate::matching::alignment::estimate(&files, threads);
+            let alignment = alignment::estimate(&mut files, threads);
             for (st, c) in streams.iter_mut().zip(alignment.corrections_ns) {
                 st.coarse = c;
                 st.offset = st.shift.saturating_add(c);
@@ -437,7 +502,7 @@ impl Reader {
         for st in streams.iter_mut() {
             // (An event chunk may be empty: look for the first event.)
             while st.refill()? {
-                if let Some(first) = st.file.events().first() {
+                if let Some(first) = st.chunk().0.first() {
                     let first = st.aligned(first);
                     recordings.starts(st.trace, first);
                     st.span = Some((first, first));
@@ -489,8 +554,8 @@ impl Reader {
                     heap.push(Reverse((next, i)));
                     break;
                 }
-                m.bytes += st.file.chunk_bytes();
-                let events = st.file.events();
+                m.bytes += st.take_bytes();
+                let events = st.chunk().0;
                 // The span ends with the last event of the last chunk (per chunk, not per
                 // event: this loop is the hot path).
                 if let Some(last) = events.last().map(|e| st.aligned(e))
@@ -591,3 +656,7 @@ pub fn match_files<S: MessageSink + ?Sized>(
     }
     Ok(stats)
 }
+
+#[cfg(test)]
+#[path = "merge_tests.rs"]
+mod tests;
