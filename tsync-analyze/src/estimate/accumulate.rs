@@ -3,9 +3,9 @@
 
 use crate::estimate::hull::Point;
 use crate::estimate::linreg::LinRegAccumulator;
+use crate::estimate::pair_index::PairIndex;
 use crate::estimate::segments::Buckets;
 use crate::estimate::timebase::Timebases;
-use crate::model::PairTable;
 use crate::model::{Exchange, MatchedMessage, Message, MessageSink};
 
 /// Per-pair accumulation during the message pass.
@@ -40,7 +40,7 @@ impl PairState {
 #[derive(Clone, Debug, Default)]
 pub struct PairAccumulator {
     /// Slot of pair (a, b) in `pairs`.
-    index: PairTable<u32>,
+    index: PairIndex,
     /// The pair of the previous message and its slot.
     last: LastPair,
     pub(super) pairs: Vec<PairState>,
@@ -50,12 +50,12 @@ pub struct PairAccumulator {
     converting: bool,
 }
 
-/// The pair the previous message belonged to: consecutive messages mostly belong to the same
-/// pair (always with two traces, often with a few), and comparing one word costs less than the
-/// lookup in the pair table.
+/// The pair the previous message belonged to: with two traces every message belongs to it, and
+/// comparing one word costs less than the index's arithmetic (with many traces it mostly
+/// misses, and the index answers in a few instructions more).
 #[derive(Clone, Copy, Debug)]
 struct LastPair {
-    /// `a << 32 | b`; `u64::MAX` (a = b, never a pair) when there is none yet.
+    /// `a << 32 | b`; `u64::MAX` (a = b = u32::MAX, never named by a message) when there is none.
     key: u64,
     slot: u32,
 }
@@ -91,28 +91,29 @@ impl PairAccumulator {
         }
     }
 
-    /// The state of pair (a, b), a < b.
+    /// The state of pair (a, b), a < b: the last pair's, else one load in the index
+    /// (consecutive messages of a mesh mostly change pair).
     #[inline(always)]
     fn slot(&mut self, a: u32, b: u32) -> &mut PairState {
         let key = LastPair::key(a, b);
         if self.last.key != key {
-            self.look_up(a, b);
+            let slot = match self.index.get(a, b) {
+                Some(s) => s,
+                None => self.create(a, b),
+            };
+            self.last = LastPair { key, slot };
         }
         &mut self.pairs[self.last.slot as usize]
     }
 
-    /// Makes (a, b) the last pair: its slot, created if it has none.
+    /// A new pair's slot.
+    #[cold]
     #[inline(never)]
-    fn look_up(&mut self, a: u32, b: u32) {
-        let pairs = &mut self.pairs;
-        let s = *self.index.get_or_insert_with(a, b, || {
-            pairs.push(PairState::new(a, b));
-            (pairs.len() - 1) as u32
-        });
-        self.last = LastPair {
-            key: LastPair::key(a, b),
-            slot: s,
-        };
+    fn create(&mut self, a: u32, b: u32) -> u32 {
+        let s = self.pairs.len() as u32;
+        self.pairs.push(PairState::new(a, b));
+        self.index.insert(a, b, s);
+        s
     }
 
     /// Takes the pairs of accumulators that each saw a disjoint set of pairs (`spread.rs`).

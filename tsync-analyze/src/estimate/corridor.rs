@@ -78,7 +78,7 @@ impl ExactLine {
 
     /// Slope as f64 (correctly rounded from the exact ratio up to one extra rounding).
     pub fn a1(&self) -> f64 {
-        self.dy() as f64 / self.dx() as f64
+        exact_f64(self.dy()) / exact_f64(self.dx())
     }
 
     /// Intercept at t_a = 0, as f64.
@@ -100,9 +100,8 @@ impl ExactLine {
     pub fn value_minus(&self, t: i64, y0: i64) -> f64 {
         let num = self.dy() * (t as i128 - self.p.x as i128);
         let dx = self.dx();
-        let q = num.div_euclid(dx);
-        let r = num.rem_euclid(dx);
-        (self.p.y as i128 - y0 as i128 + q) as f64 + r as f64 / dx as f64
+        let (q, r) = div_rem_euclid(num, dx);
+        exact_f64(self.p.y as i128 - y0 as i128 + q) + exact_f64(r) / exact_f64(dx)
     }
 
     /// Intercept in a frame whose origin is (x0, y0), as f64.
@@ -112,9 +111,39 @@ impl ExactLine {
 }
 
 fn ratio(num: i128, den: i128) -> f64 {
-    let q = num.div_euclid(den);
-    let r = num.rem_euclid(den);
-    q as f64 + r as f64 / den as f64
+    let (q, r) = div_rem_euclid(num, den);
+    exact_f64(q) + exact_f64(r) / exact_f64(den)
+}
+
+/// `v` rounded to the nearest f64, as `v as f64` rounds it, through the machine's 64-bit
+/// conversion where `v` fits (nearly always: differences of times): the 128-bit one is a
+/// library call of some 45 instructions, and the accuracy curves and the segments' residuals
+/// convert hundreds of thousands of values. Both round the same integer to nearest, ties to
+/// even, so the result is the same.
+#[inline]
+pub(crate) fn exact_f64(v: i128) -> f64 {
+    match i64::try_from(v) {
+        Ok(narrow) => narrow as f64,
+        Err(_) => wide_f64(v),
+    }
+}
+
+/// `v as f64` out of line: inlined, the compiler sees that both of [`exact_f64`]'s branches
+/// give `v as f64` and keeps only the library call for both.
+#[cold]
+#[inline(never)]
+fn wide_f64(v: i128) -> f64 {
+    v as f64
+}
+
+/// `(num.div_euclid(den), num.rem_euclid(den))`, in 64 bits where both fit and `den` is
+/// positive (no overflow then): the same integers, without the 128-bit division's library call.
+#[inline]
+fn div_rem_euclid(num: i128, den: i128) -> (i128, i128) {
+    match (i64::try_from(num), i64::try_from(den)) {
+        (Ok(n), Ok(d)) if d > 0 => (n.div_euclid(d).into(), n.rem_euclid(d).into()),
+        _ => (num.div_euclid(den), num.rem_euclid(den)),
+    }
 }
 
 /// What the two hulls say about the pair.
@@ -274,5 +303,51 @@ fn approximate(lower: &[Point], upper: &[Point]) -> Corridor {
             estimate: None,
             approx_error_ns: None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values around the edges of the 64-bit range, where the two conversions part ways.
+    fn edges() -> Vec<i128> {
+        let mut v = vec![0, 1, -1, 7, -7, 1 << 53, (1 << 53) + 1, -(1 << 53) - 1];
+        for base in [
+            i64::MAX as i128,
+            i64::MIN as i128,
+            1i128 << 100,
+            -(1i128 << 100),
+        ] {
+            v.extend((-3..=3).map(|d| base + d));
+        }
+        v.extend([
+            i128::MAX,
+            i128::MIN,
+            1_700_000_000_123_456_789,
+            -987_654_321_987,
+        ]);
+        v
+    }
+
+    #[test]
+    fn exact_f64_rounds_as_the_128_bit_conversion() {
+        for v in edges() {
+            assert_eq!(exact_f64(v).to_bits(), (v as f64).to_bits(), "{v}");
+        }
+    }
+
+    #[test]
+    fn div_rem_euclid_is_the_128_bit_division() {
+        let dens = [1i128, 2, 3, 1_000_000_007, -5, i64::MAX as i128, 1 << 70];
+        for num in edges().into_iter().filter(|&n| n != i128::MIN) {
+            for den in dens {
+                assert_eq!(
+                    div_rem_euclid(num, den),
+                    (num.div_euclid(den), num.rem_euclid(den)),
+                    "{num} / {den}"
+                );
+            }
+        }
     }
 }

@@ -20,6 +20,7 @@ pub mod joint;
 pub mod linreg;
 pub mod network;
 mod pair;
+mod pair_index;
 pub(crate) mod parallel;
 mod piecewise;
 pub mod reduction;

@@ -22,6 +22,7 @@
 //! constraints with the bend allowed) and widening the result by it. A single-segment pair keeps
 //! the classic assumption and today's interval.
 
+use crate::estimate::corridor::exact_f64;
 use crate::estimate::hull::{HalfHull, Point, Side};
 use crate::model::Affine;
 
@@ -167,8 +168,8 @@ fn centre(b: &HullBucket, index: usize, origin: Point, local: f64, slope: f64) -
     // Exact integer differences first, so that epoch-sized times keep their nanoseconds.
     let d = |p: &Point| {
         (
-            (p.x as i128 - origin.x as i128) as f64,
-            (p.y as i128 - origin.y as i128) as f64,
+            exact_f64(p.x as i128 - origin.x as i128),
+            exact_f64(p.y as i128 - origin.y as i128),
         )
     };
     let (lo, hi) = b

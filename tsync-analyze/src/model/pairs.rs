@@ -1,5 +1,6 @@
-//! Tables keyed by ordered trace pair, the one mechanism behind every per-pair table (the hulls'
-//! slots, the text exchanges, `l_min`).
+//! Tables keyed by ordered trace pair, behind the per-pair tables (the text exchanges, `l_min`);
+//! the accumulator's slots, looked up per message, have a leaner index of their own
+//! (`estimate/pair_index.rs`).
 //!
 //! Pairs of small trace indices (the usual case) sit in a flat array, so a lookup on the
 //! per-message hot path is one load; pairs with a larger index go to a hash map, so memory grows

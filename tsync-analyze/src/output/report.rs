@@ -79,7 +79,27 @@ fn intervals(r: &SyncResult, t: &TraceResult) -> (Option<IntervalDocument>, Vec<
         return (None, Vec::new());
     };
     let mid = first + (last - first) / 2;
-    let middle = r.network_interval(t.index, mid).map(|n| IntervalDocument {
+    let middle = r.network_interval(t.index, mid);
+    let points = (0..INTERVAL_POINTS)
+        .filter_map(|i| {
+            let at =
+                first + ((last - first) as f64 * i as f64 / (INTERVAL_POINTS - 1) as f64) as i64;
+            // The point in the middle is `mid`: its network interval is solved above already
+            // (a solve is a search over every pair of the group); the rest is `SyncResult::interval`.
+            let interval = if at == mid {
+                let network = middle.as_ref().map(|n| (n.lo, n.hi));
+                network.or_else(|| r.path_interval(t.index, at))
+            } else {
+                r.interval(t.index, at)
+            };
+            interval.map(|(lo, hi)| IntervalPoint {
+                at_ns: at,
+                lo_ns: lo,
+                hi_ns: hi,
+            })
+        })
+        .collect();
+    let middle = middle.map(|n| IntervalDocument {
         at_ns: mid,
         lo_ns: n.lo,
         hi_ns: n.hi,
@@ -87,17 +107,6 @@ fn intervals(r: &SyncResult, t: &TraceResult) -> (Option<IntervalDocument>, Vec<
         path_width_ns: n.path.map(|(lo, hi)| hi - lo),
         pairs: n.pairs.iter().map(|&(a, b)| [a, b]).collect(),
     });
-    let points = (0..INTERVAL_POINTS)
-        .filter_map(|i| {
-            let at =
-                first + ((last - first) as f64 * i as f64 / (INTERVAL_POINTS - 1) as f64) as i64;
-            r.interval(t.index, at).map(|(lo, hi)| IntervalPoint {
-                at_ns: at,
-                lo_ns: lo,
-                hi_ns: hi,
-            })
-        })
-        .collect();
     (middle, points)
 }
 
