@@ -209,7 +209,7 @@ struct FileSample {
 /// keeping the chunks read in `f.kept`, if `keep`, else from a copy of the file opened here. A
 /// copy the sampler cannot open or read is left to the matching pass, which reports it.
 fn sample(f: &mut SampleInput<'_>, k: u32, per_file: u64, keep: bool) -> FileSample {
-    let mut out = FileSample::default();
+    let mut out = FileSample::with_capacity((per_file >> SAMPLE_BITS) as usize);
     let mut copy;
     let file = if keep {
         &mut *f.file
@@ -241,6 +241,15 @@ fn sample(f: &mut SampleInput<'_>, k: u32, per_file: u64, keep: bool) -> FileSam
 }
 
 impl FileSample {
+    /// Tables sized for `keys` sampled keys a side, the most a file's sample can hold (one key
+    /// in 2^[`SAMPLE_BITS`] of its events): no table grows, and rehashes, while it is filled.
+    fn with_capacity(keys: usize) -> Self {
+        FileSample {
+            sends: Keys::with_capacity_and_hasher(keys, Default::default()),
+            recvs: Keys::with_capacity_and_hasher(keys, Default::default()),
+        }
+    }
+
     /// Adds the sampled keys of a chunk of file `k` (`hashes`: its events' key hashes, `shift`:
     /// its realtime shift).
     fn add(&mut self, k: u32, events: &[PacketEvent], hashes: &[u64], shift: i64) {
@@ -269,6 +278,7 @@ fn join(all: &mut Keys, later: Keys) {
         *all = later;
         return;
     }
+    all.reserve(later.len());
     for (h, side) in later {
         all.entry(h)
             .and_modify(|s| s.count += side.count)
