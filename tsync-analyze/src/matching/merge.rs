@@ -170,6 +170,16 @@ impl Stream {
         }
     }
 
+    /// What the coarse alignment samples this stream through: its file, and the queue where the
+    /// chunks it reads are kept for the pass.
+    fn sample_input(&mut self) -> SampleInput<'_> {
+        SampleInput {
+            name: self.file.node_name(),
+            file: &mut self.file,
+            kept: &mut self.replay,
+        }
+    }
+
     /// Loads the next chunk; false at the end.
     ///
     /// Hashes every event's packet key once, here: the merge loop asks for an event's index
@@ -481,14 +491,8 @@ impl Reader {
         }
         let mut warnings = Vec::new();
         if !same_host(&streams) {
-            let mut files: Vec<SampleInput<'_>> = streams
-                .iter_mut()
-                .map(|st| SampleInput {
-                    name: st.file.node_name(),
-                    file: &mut st.file,
-                    kept: &mut st.replay,
-                })
-                .collect();
+            let mut files: Vec<SampleInput<'_>> =
+                streams.iter_mut().map(Stream::sample_input).collect();
             let alignment = alignment::estimate(&mut files, threads);
             for (st, c) in streams.iter_mut().zip(alignment.corrections_ns) {
                 st.coarse = c;

@@ -154,14 +154,8 @@ fn the_sample_is_kept_for_up_to_its_budget_and_is_the_same_on_any_number_of_thre
             .iter()
             .map(|p| Stream::new(0, TraceFile::open(p).unwrap()))
             .collect();
-        let mut files: Vec<SampleInput<'_>> = streams
-            .iter_mut()
-            .map(|st| SampleInput {
-                name: st.file.node_name(),
-                file: &mut st.file,
-                kept: &mut st.replay,
-            })
-            .collect();
+        let mut files: Vec<SampleInput<'_>> =
+            streams.iter_mut().map(Stream::sample_input).collect();
         alignment::estimate(&mut files, threads);
         let shape = |r: &Read| match r {
             Read::Chunk(k) => (k.events.len(), k.hashes.len(), k.shift, k.bytes),

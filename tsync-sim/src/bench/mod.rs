@@ -79,9 +79,8 @@ impl Meter {
         }
     }
 
-    /// [`measure`](Self::measure) `runs` times, alternating with nothing: the fastest run's
-    /// time (what the program costs when nothing else on the machine gets in its way) and the
-    /// largest peak RSS.
+    /// [`measure`](Self::measure) `runs` times in a row: the fastest run's time (what the
+    /// program costs when nothing else on the machine gets in its way) and the largest peak RSS.
     pub fn best_of(
         &self,
         runs: usize,
