@@ -56,6 +56,7 @@ mod matching;
 pub mod merge;
 mod model;
 pub mod output;
+mod prefetch;
 pub mod spans;
 mod timeline;
 

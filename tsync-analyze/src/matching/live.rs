@@ -18,6 +18,8 @@
 //! key's cell it replaces (which also searched for the cell first). Positions stay unambiguous
 //! because a dead cell is emptied long before 2³² more entries come.
 
+use crate::prefetch::prefetch;
+
 /// A cell no generation wrote: what the index starts as.
 const EMPTY: u64 = 0;
 
@@ -337,20 +339,6 @@ impl<K: Copy + Default, V: Copy + Default> LiveKeys<K, V> {
         self.room = (self.ring.len() - self.len).min(self.cells.len() / 2 - self.used);
         self.granted = self.room;
     }
-}
-
-/// Starts loading the cache line at `p` (a hint: no effect on results, never faults).
-#[inline(always)]
-fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: a prefetch is a hint that never faults, whatever the address, and SSE is part
-        // of the x86_64 baseline.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// Key equality as the index needs it (a branch-free comparison for wide keys), with a key of

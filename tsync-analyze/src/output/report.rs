@@ -305,8 +305,8 @@ pub fn to_json(r: &SyncResult) -> Value {
 /// object's keys in alphabetical order. The pairs and traces go out one by one, each through its
 /// own small value, so that memory does not hold the whole document (a mesh of hundreds of traces
 /// has hundreds of thousands of pairs: the whole value tree would take kilobytes per pair). The
-/// pairs are printed on the finishing's threads, a chunk at a time (one thread would spend
-/// seconds on them while the others wait), and written in order.
+/// pairs and the traces are printed on the finishing's threads, a chunk at a time (one thread
+/// would spend seconds on them while the others wait), and written in order.
 pub fn write_json(r: &SyncResult, mut out: impl std::io::Write) -> serde_json::Result<()> {
     let io = serde_json::Error::io;
     // The keys in alphabetical order, as the value's map sorts them.
@@ -332,11 +332,15 @@ pub fn write_json(r: &SyncResult, mut out: impl std::io::Write) -> serde_json::R
         .map_err(io)?;
     out.write_all(b",\n  \"traces\": ").map_err(io)?;
     let mut traces = Elements::new(&mut out);
-    for t in &r.traces {
-        traces.write(&pretty_at(
-            &serde_json::to_value(TraceDocument::new(r, t))?,
-            2,
-        )?)?;
+    // A trace's document solves its network-wide interval at 11 instants (each a search over
+    // its group's pairs): on the threads too.
+    for chunk in r.traces.chunks(PAIR_CHUNK) {
+        let printed = map_in_order(r.threads(), chunk.iter().collect(), |t| {
+            pretty_at(&serde_json::to_value(TraceDocument::new(r, t))?, 2)
+        });
+        for trace in printed {
+            traces.write(&trace?)?;
+        }
     }
     traces.end()?;
     out.write_all(b",\n  \"warnings\": ").map_err(io)?;
@@ -344,7 +348,7 @@ pub fn write_json(r: &SyncResult, mut out: impl std::io::Write) -> serde_json::R
     out.write_all(b"\n}").map_err(io)
 }
 
-/// Pairs printed per round on the threads: a bound on the text held at once.
+/// Pairs (or traces) printed per round on the threads: a bound on the text held at once.
 const PAIR_CHUNK: usize = 4096;
 
 /// `value` pretty-printed as it appears `depth` levels down in the document (its lines after the

@@ -9,6 +9,7 @@ use crate::estimate::corridor::Quality;
 use crate::estimate::hull::Point;
 use crate::estimate::{PairResult, SyncResult};
 use crate::model::PiecewiseMap;
+use crate::prefetch::prefetch;
 
 /// The traces and pairs of one group, with local node numbers for the path searches.
 #[derive(Clone, Debug, Default)]
@@ -136,7 +137,11 @@ pub(crate) fn at_instant(
         .map(|&j| reading(sync, inverse, j, at_ref))
         .collect();
     let mut out = Vec::with_capacity(2 * group.pairs.len());
-    for &i in &group.pairs {
+    for (n, &i) in group.pairs.iter().enumerate() {
+        // (A hint: the results do not depend on it.)
+        if let Some(&ahead) = group.pairs.get(n + AHEAD) {
+            prefetch_curve(&sync.pairs[ahead as usize]);
+        }
         let xa = x[layout.local[sync.pairs[i as usize].a as usize] as usize];
         out.extend(both(sync, layout, i, xa).into_iter().flatten());
     }
@@ -172,4 +177,21 @@ fn chain(h: &[Point], x: f64) -> Option<f64> {
     let p = h.get(i.checked_sub(1)?)?;
     let f = (x - p.x as f64) / (q.x - p.x) as f64;
     Some(p.y as f64 + f * (q.y - p.y) as f64)
+}
+
+/// Pairs ahead whose interval curve [`at_instant`] asks for (see [`prefetch_curve`]).
+const AHEAD: usize = 8;
+
+/// Starts loading the interval curve `both` will read for `p`: the curves lie wherever their
+/// pairs' finishing put them, so on a mesh of hundreds of thousands of pairs each read waits on
+/// memory, at every one of a plan's instants.
+#[inline]
+fn prefetch_curve(p: &PairResult) {
+    let curve = match p.segments.as_slice() {
+        [] | [_] => p.accuracy.as_ref().map(|a| a.points.as_ptr()),
+        segments => Some(segments.as_ptr().cast()),
+    };
+    if let Some(c) = curve {
+        prefetch(c);
+    }
 }
