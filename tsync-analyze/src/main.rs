@@ -5,6 +5,17 @@
 
 mod cli;
 
+/// The static (musl) binaries allocate with mimalloc: musl's allocator is slow at many small
+/// allocations and growths, and the finishing of a mesh makes hundreds of thousands of them
+/// (hull vertices, interval curves, printed documents). Measured on the benchmark's inputs, one
+/// thread, musl's allocator → mimalloc: the 200-trace mesh 1.28 → 0.83 s, the 1000-trace sparse
+/// mesh 2.69 → 1.78 s, 16 trace files 0.09 → 0.08 s, peak memory within 10 MB (`no_thp`:
+/// transparent huge pages saved page faults but cost 30 MB more). Builds against glibc (from
+/// the source tree) keep glibc's allocator. ripgrep does the same for its musl builds.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::ExitCode;
 
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
