@@ -318,11 +318,11 @@ impl Graph {
     /// Dijkstra from `source`: each member's distance (None: unreachable) and the edge its
     /// shortest path arrives by. Ties keep the edge found first.
     ///
-    /// The scan of a member's neighbours reads one word per neighbour besides its edge: the
+    /// The scan of a member's neighbours reads, per neighbour, its index, its weight and its
     /// tentative distance, which is [`UNREACHED`] before any path reaches the neighbour (every
     /// path's weight is less) and [`SETTLED`] once its distance is final (no path's weight is
     /// less): one comparison says whether the path through the member is shorter, as "not
-    /// settled, and unreached or shorter" did.
+    /// settled, and unreached or shorter" did with a flag and an `Option`.
     fn shortest(&self, source: usize) -> (Vec<Option<Weight>>, Vec<Option<usize>>) {
         let n = self.members();
         let mut tentative = vec![UNREACHED; n];
