@@ -317,32 +317,18 @@ pub fn write_json(r: &SyncResult, mut out: impl std::io::Write) -> serde_json::R
     out.write_all(&pretty_at(&serde_json::to_value(&r.matching)?, 1)?)
         .map_err(io)?;
     out.write_all(b",\n  \"pairs\": ").map_err(io)?;
-    let mut pairs = Elements::new(&mut out);
-    for chunk in r.pairs.chunks(PAIR_CHUNK) {
-        let printed = map_in_order(r.threads(), chunk.iter().collect(), |p| {
-            pretty_at(&PairDocument::from(p), 2)
-        });
-        for pair in printed {
-            pairs.write(&pair?)?;
-        }
-    }
-    pairs.end()?;
+    Elements::new(&mut out).write_on_threads(r.threads(), &r.pairs, PAIR_CHUNK, |p| {
+        pretty_at(&PairDocument::from(p), 2)
+    })?;
     out.write_all(b",\n  \"reduction\": ").map_err(io)?;
     out.write_all(&pretty_at(&r.reduction.as_str(), 1)?)
         .map_err(io)?;
     out.write_all(b",\n  \"traces\": ").map_err(io)?;
-    let mut traces = Elements::new(&mut out);
     // A trace's document solves its network-wide interval at 11 instants (each a search over
     // its group's pairs): on the threads too.
-    for chunk in r.traces.chunks(TRACE_CHUNK) {
-        let printed = map_in_order(r.threads(), chunk.iter().collect(), |t| {
-            pretty_at(&serde_json::to_value(TraceDocument::new(r, t))?, 2)
-        });
-        for trace in printed {
-            traces.write(&trace?)?;
-        }
-    }
-    traces.end()?;
+    Elements::new(&mut out).write_on_threads(r.threads(), &r.traces, TRACE_CHUNK, |t| {
+        pretty_at(&serde_json::to_value(TraceDocument::new(r, t))?, 2)
+    })?;
     out.write_all(b",\n  \"warnings\": ").map_err(io)?;
     out.write_all(&pretty_at(&r.warnings, 1)?).map_err(io)?;
     out.write_all(b"\n}").map_err(io)
@@ -399,6 +385,24 @@ impl<W: std::io::Write> Elements<W> {
         self.any = true;
         self.out.write_all(sep).map_err(serde_json::Error::io)?;
         self.out.write_all(printed).map_err(serde_json::Error::io)
+    }
+
+    /// Writes every one of `items`, each as `print` prints it, and ends the array: `print` runs
+    /// on `threads` threads, `chunk` items per round (a bound on the text held at once), and the
+    /// elements go out in order.
+    fn write_on_threads<T: Sync>(
+        mut self,
+        threads: usize,
+        items: &[T],
+        chunk: usize,
+        print: impl Fn(&T) -> serde_json::Result<Vec<u8>> + Sync + Send,
+    ) -> serde_json::Result<()> {
+        for round in items.chunks(chunk) {
+            for printed in map_in_order(threads, round.iter().collect(), &print) {
+                self.write(&printed?)?;
+            }
+        }
+        self.end()
     }
 
     fn end(mut self) -> serde_json::Result<()> {
