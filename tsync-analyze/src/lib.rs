@@ -51,6 +51,7 @@ pub mod clc;
 pub mod ctf;
 mod estimate;
 pub mod eval;
+mod huge_pages;
 mod input;
 mod matching;
 pub mod merge;

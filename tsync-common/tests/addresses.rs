@@ -347,3 +347,60 @@ fn headers_of_versions_1_to_4_read_as_the_agents_own_namespace() {
     assert!(r.header().options.recorded_netns.is_empty());
     assert_eq!(r.lost(), &LostCounts::default());
 }
+
+/// A reader that counts the bytes it hands out (in `read`, shared with the test).
+struct Counting<R> {
+    inner: R,
+    read: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+impl<R: std::io::Read> std::io::Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.set(self.read.get() + n as u64);
+        Ok(n)
+    }
+}
+
+impl<R: std::io::Seek> std::io::Seek for Counting<R> {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        self.inner.seek(pos)
+    }
+}
+
+#[test]
+fn a_pass_over_a_buffered_file_reads_no_byte_twice() {
+    // Many small chunks: 40 flushes of 30 events. A skip that threw the buffer away (a plain
+    // seek on a `BufReader`) read a buffer's worth again for every chunk header: here ~40 times
+    // the file.
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    for k in 0..40u64 {
+        for i in 0..30 {
+            w.write_event(&event(k * 30 + i)).unwrap();
+        }
+        w.flush().unwrap();
+    }
+    w.write_addresses(&tables()[0]).unwrap();
+    let bytes = w
+        .finish(&Footer {
+            events: 1200,
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(chunks_of(&bytes, EVENTS).len() >= 40);
+    let read = std::rc::Rc::new(std::cell::Cell::new(0));
+    let counting = Counting {
+        inner: Cursor::new(&bytes[..]),
+        read: read.clone(),
+    };
+    let mut r = TraceReader::new(std::io::BufReader::with_capacity(64 << 10, counting)).unwrap();
+    r.only_address_tables();
+    while r.next_events().unwrap().is_some() {}
+    assert_eq!(r.address_tables(), &tables()[..1]);
+    let read = read.get();
+    assert!(
+        read <= bytes.len() as u64,
+        "{read} bytes read for a file of {}",
+        bytes.len()
+    );
+}

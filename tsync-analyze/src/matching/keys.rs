@@ -454,6 +454,7 @@ impl Rules {
         self.message(s, r, key, tag, stats, out);
     }
 
+    #[inline(always)]
     fn message<O: Decisions>(
         &self,
         s: &Seen,

@@ -68,7 +68,7 @@ impl Sequencer {
     }
 
     /// A message decided at `tag`.
-    #[inline]
+    #[inline(always)]
     fn message<S: MessageSink + ?Sized>(
         &mut self,
         tag: Tag,
@@ -117,7 +117,7 @@ pub(crate) struct Direct<'a, S: MessageSink + ?Sized> {
 }
 
 impl<S: MessageSink + ?Sized> Decisions for Direct<'_, S> {
-    #[inline]
+    #[inline(always)]
     fn message(&mut self, tag: Tag, message: Message, origin: Origin) {
         self.sequencer
             .message(tag, message, origin, None, &mut *self.sink);

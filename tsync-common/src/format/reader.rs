@@ -53,8 +53,12 @@ impl<R: Read + Seek> TraceReader<R> {
     /// checked either): for a first pass that only wants the clock samples, the kernel clock
     /// states and the footer, at the cost of reading a few bytes per 320 KiB of events.
     /// [`next_events`](Self::next_events) then returns an empty slice per event chunk.
+    ///
+    /// The skip is a relative seek ([`Seek::seek_relative`]): over a `BufReader`, a payload that
+    /// lies in its buffer is passed over there, where a plain seek would throw the buffer away
+    /// and read it again for the next chunk's header.
     pub fn skip_events(&mut self) {
-        self.skip = Some(|input, n| input.seek(io::SeekFrom::Current(n as i64)).map(|_| ()));
+        self.skip = Some(|input, n| input.seek_relative(n as i64));
     }
 
     /// From now on, passes over every chunk but the address tables and the end chunk, unread
