@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use anyhow::{Result, bail};
 
-use super::{Meter, publish, size};
+use super::{Measure, Meter, publish, size};
 use crate::Workload;
 
 /// What to run.
@@ -67,8 +67,9 @@ impl Dataset {
     }
 }
 
-/// Runs of `decode` and of `sync` per row, the fastest kept.
-const RUNS: usize = 3;
+/// Rounds of `decode`, `sync` (one thread, every core) and the baseline per row, the fastest
+/// run of each kept.
+const RUNS: usize = 5;
 
 /// Baseline: only reading and decoding the inputs (text lines parsed into messages, trace-file
 /// chunks checked and decoded into events), in this process; returns seconds.
@@ -93,6 +94,58 @@ fn decode(files: &[PathBuf], text: bool) -> Result<f64> {
     }
     std::hint::black_box(count);
     Ok(start.elapsed().as_secs_f64())
+}
+
+/// The fastest run of each command a row compares.
+struct Best {
+    /// `decode`, seconds.
+    decode: f64,
+    /// `sync --threads 1`.
+    one: Measure,
+    /// `sync` on every core.
+    sync: Measure,
+    /// The baseline's `sync` on every core, if one is given.
+    baseline: Option<Measure>,
+}
+
+/// Runs `decode`, `sync --threads 1`, `sync` and the baseline's `sync` on `files` in [`RUNS`]
+/// interleaved rounds and keeps each one's fastest run. The rows' ratios (`÷ decode`, the
+/// speed-up) compare commands whose runs are minutes apart otherwise: on a shared host whose
+/// speed moves by 20 % and more within minutes, measuring each command's runs in a block made
+/// the same binary come out ×0.9 to ×1.9 against itself. Interleaved, every command meets the
+/// host's fast and slow moments alike.
+fn rounds(o: &Options, meter: &Meter, files: &[PathBuf], text: bool) -> Result<Best> {
+    let one_args = ["sync", "--json", "--threads", "1"];
+    let sync_args = ["sync", "--json"];
+    let mut best: Option<Best> = None;
+    for _ in 0..RUNS {
+        let decode = decode(files, text)?;
+        let one = meter.measure(o.analyzer, files, &one_args)?;
+        let sync = meter.measure(o.analyzer, files, &sync_args)?;
+        let baseline = o
+            .baseline
+            .map(|b| meter.measure(b, files, &sync_args))
+            .transpose()?;
+        match best.as_mut() {
+            None => {
+                best = Some(Best {
+                    decode,
+                    one,
+                    sync,
+                    baseline,
+                })
+            }
+            Some(b) => {
+                b.decode = b.decode.min(decode);
+                b.one.keep_best(one);
+                b.sync.keep_best(sync);
+                if let (Some(kept), Some(run)) = (b.baseline.as_mut(), baseline) {
+                    kept.keep_best(run);
+                }
+            }
+        }
+    }
+    Ok(best.expect("RUNS > 0"))
 }
 
 /// Generates the inputs, measures every row, prints the table and writes it.
@@ -120,22 +173,11 @@ pub fn run(o: &Options, meter: &Meter) -> Result<()> {
             // Warm the page cache so that every row measures the same thing.
             meter.measure(&cat, &files, &[])?;
             let read = meter.measure(&cat, &files, &[])?;
-            // The rows' ratios compare `sync` with `decode`: both the fastest of a few runs, so
-            // that one run slowed by the machine does not make the ratio.
-            let decode = (0..RUNS)
-                .map(|_| decode(&files, format == "text"))
-                .try_fold(f64::INFINITY, |best, t| t.map(|t| best.min(t)))?;
             let msgs = meter.measure(o.analyzer, &files, &["messages"])?;
-            let one = meter.best_of(
-                RUNS,
-                o.analyzer,
-                &files,
-                &["sync", "--json", "--threads", "1"],
-            )?;
-            let sync = meter.best_of(RUNS, o.analyzer, &files, &["sync", "--json"])?;
-            let versus = match o.baseline {
-                Some(b) => {
-                    let old = meter.measure(b, &files, &["sync", "--json"])?;
+            let best = rounds(o, meter, &files, format == "text")?;
+            let (decode, one, sync) = (best.decode, best.one, best.sync);
+            let versus = match best.baseline {
+                Some(old) => {
                     format!(
                         " {:.1} | {:.0} MiB | ×{:.2} |",
                         d.messages as f64 / old.seconds / 1e6,
@@ -171,7 +213,8 @@ pub fn run(o: &Options, meter: &Meter) -> Result<()> {
     );
     if let Some(b) = o.baseline {
         note += &format!(
-            "Baseline: `{}`, run right after the current binary on each row.\n\n",
+            "Baseline: `{}`, its `sync` run in the same rounds as the current binary's, the \
+             fastest of {RUNS} kept.\n\n",
             b.display()
         );
     }
@@ -186,7 +229,7 @@ pub fn run(o: &Options, meter: &Meter) -> Result<()> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut out = format!(
         "## `tsync-analyze sync` throughput ({}, {threads} cores)\n\n\
-         Rates in millions of messages per second; `decode` and `sync` are the fastest of 3 runs. Baselines from the same run: `cat` reads the \
+         Rates in millions of messages per second; `decode`, both `sync` columns and the baseline are each the fastest of {RUNS} runs, taken in interleaved rounds (so that the host's drift meets them alike). Baselines from the same run: `cat` reads the \
          files (page cache warm); `decode` only parses the text lines, or checks and decodes the \
          trace-file chunks (the trace format's reader), without matching, on one core; \
          `messages` parses and matches them and prints the messages, without any geometry. \

@@ -31,6 +31,14 @@ pub struct Measure {
     pub max_rss_kib: i64,
 }
 
+impl Measure {
+    /// Folds another run of the same command in: the shorter time, the higher peak memory.
+    pub fn keep_best(&mut self, other: Measure) {
+        self.seconds = self.seconds.min(other.seconds);
+        self.max_rss_kib = self.max_rss_kib.max(other.max_rss_kib);
+    }
+}
+
 /// Runs `program` with `args`, stdout to /dev/null, in this process, and measures it: what the
 /// helper behind [`Meter`] does.
 pub fn peak_rss(program: &OsString, args: &[OsString]) -> Result<Measure> {
@@ -90,9 +98,7 @@ impl Meter {
     ) -> Result<Measure> {
         let mut best = self.measure(program, args, pre)?;
         for _ in 1..runs {
-            let m = self.measure(program, args, pre)?;
-            best.seconds = best.seconds.min(m.seconds);
-            best.max_rss_kib = best.max_rss_kib.max(m.max_rss_kib);
+            best.keep_best(self.measure(program, args, pre)?);
         }
         Ok(best)
     }
