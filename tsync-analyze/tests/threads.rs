@@ -374,6 +374,36 @@ fn offloads_retransmissions_and_an_early_end_give_the_same_results_on_any_number
     same_outputs(&paths, scratch.path());
 }
 
+/// More files than are decoded ahead each (`input::ahead::MAX_FILES`): the pool decodes the
+/// chunks the merge asks for, a budget shared by all files, with the alignment's sample kept for
+/// the first 16 files and read from copies for the others, and a file cut short among them.
+#[test]
+fn more_files_than_are_decoded_ahead_give_the_same_results_on_any_number_of_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = mesh(dir.path(), 70, 300_000);
+    let bytes = std::fs::read(&paths[40]).unwrap();
+    std::fs::write(&paths[40], &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let stats = same_stream(&paths);
+    assert!(stats.matched > 250_000, "{stats:?}");
+    assert!(
+        stats
+            .warnings
+            .iter()
+            .any(|w| w.contains("damaged or cut short")),
+        "{:?}",
+        stats.warnings
+    );
+    let args: Vec<String> = ["sync", "--json"]
+        .into_iter()
+        .map(String::from)
+        .chain(paths.iter().map(|p| p.display().to_string()))
+        .collect();
+    let one = analyzer(&args, 1);
+    for n in &THREADS[1..] {
+        assert!(analyzer(&args, *n) == one, "{n} threads differ");
+    }
+}
+
 /// What the reader meets between chunks travels with the chunks decoded ahead on other threads:
 /// clock samples (the merge axis moves with each), lost counts, kernel clock states, and the
 /// damage where a file was cut short.

@@ -5,14 +5,20 @@
 //! next chunks are decoded on the pool while the merge uses the current one, and several files
 //! decode at once: the merge only swaps buffers.
 //!
-//! * **Demand, not a thread per file.** A file asks for one chunk each time it takes one, so each
-//!   file has at most [`AHEAD`] chunks decoded and waiting: memory stays bounded by the file
-//!   count (at most `AHEAD` + 3 chunk buffers per file: the reader's, those waiting, the one in
-//!   use and one on its way back), whatever the trace length, and the pool's threads are as many
-//!   as asked, not one per file. The requests go to one queue that the pool's threads take in
-//!   order, which is the order in which the merge used the files' chunks, the best guess of the
-//!   order it will need the next ones in. Beyond [`MAX_FILES`] files the matcher decodes on the
-//!   reader's thread as before (`matching::merge`): there memory per file matters more.
+//! * **Demand, not a thread per file.** Up to [`MAX_FILES`] files, a file asks for one chunk
+//!   each time it takes one ([`Demand::Ahead`]), so each file has at most [`AHEAD`] chunks
+//!   decoded and waiting: memory stays bounded by the file count (at most `AHEAD` + 3 chunk
+//!   buffers per file: the reader's, those waiting, the one in use and one on its way back),
+//!   whatever the trace length, and the pool's threads are as many as asked, not one per file.
+//!   The requests go to one queue that the pool's threads take in order, which is the order in
+//!   which the merge used the files' chunks, the best guess of the order it will need the next
+//!   ones in.
+//! * **Beyond [`MAX_FILES`], a budget shared by all files.** A thousand files holding five
+//!   buffers each would hold gigabytes. There a file's next chunk is decoded only when asked for
+//!   ([`Demand::Requested`], [`Ahead::request`]): the merge asks for the chunks of the files whose
+//!   chunk in hand ends first on its axis, up to half the files at once (`matching::merge`), and
+//!   the buffers go back to one shared pile of spares. A file then holds one buffer, the chunk in
+//!   use, as when it was decoded on the merge's own thread, plus those in flight.
 //! * **Nothing changes but where the work runs.** A file's chunks come in file order (one chunk
 //!   decoded at a time per file, under its lock) with the clock samples, kernel clock states and
 //!   lost counts read up to each, so a [`TraceFile`] shows what the same calls would show reading
@@ -44,15 +50,41 @@ use super::tracefile::TraceHeader;
 /// takes from another file.
 pub const AHEAD: usize = 2;
 
-/// The most files worth decoding ahead: up to `AHEAD` + 3 chunk buffers (up to 320 KiB each)
-/// per file instead of one.
+/// The most files decoded [`Demand::Ahead`]: up to `AHEAD` + 3 chunk buffers (up to 320 KiB
+/// each) per file instead of one. More are decoded [`Demand::Requested`].
 pub const MAX_FILES: usize = 64;
+
+/// When a file's chunks are decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Demand {
+    /// [`AHEAD`] chunks decoded ahead of the one in use, each with buffers of its own.
+    Ahead,
+    /// A chunk when [`Ahead::request`] or the file's reader asks for it, into the pool's shared
+    /// buffers.
+    Requested,
+}
+
+impl Demand {
+    /// The demand for a set of `files` files.
+    pub fn for_files(files: usize) -> Demand {
+        if files <= MAX_FILES {
+            Demand::Ahead
+        } else {
+            Demand::Requested
+        }
+    }
+}
+
+/// The spare buffers shared by the files decoded on request.
+type SharedSpares = Arc<Mutex<Vec<Vec<PacketEvent>>>>;
 
 /// A pool of threads decoding trace files ahead of their readers.
 pub struct Decoders {
     jobs: Option<Sender<Arc<Slot>>>,
     workers: Vec<JoinHandle<()>>,
     hash: HashFn,
+    /// The spares of the files decoded on request.
+    spares: SharedSpares,
 }
 
 /// What the pool computes for every chunk, beside decoding it: each event's hash, appended to
@@ -69,13 +101,41 @@ struct SlotState {
     /// `None` once the end or an error was reached.
     reader: Option<TraceReader<File>>,
     chunks: Sender<Decoded>,
-    /// Buffers the file is done with, to decode into again.
-    spare: Receiver<Vec<PacketEvent>>,
+    /// Buffers to decode into again.
+    spares: Spares,
     hash: HashFn,
     /// What was already sent of the reader's clock samples and kernel clock states.
     samples_sent: usize,
     kernel_sent: usize,
     lost_sent: LostCounts,
+}
+
+/// Where a file's buffers come back to, and are decoded into again from.
+enum Spares {
+    /// Its own ([`Demand::Ahead`]).
+    Own(Receiver<Vec<PacketEvent>>),
+    /// The pool's ([`Demand::Requested`]).
+    Shared(SharedSpares),
+}
+
+/// [`Spares`], seen from the file's reader.
+enum GiveBack {
+    Own(Sender<Vec<PacketEvent>>),
+    Shared(SharedSpares),
+}
+
+impl GiveBack {
+    /// Hands a buffer the file is done with back.
+    fn give(&self, used: Vec<PacketEvent>) {
+        match self {
+            GiveBack::Own(tx) => {
+                let _ = tx.send(used);
+            }
+            // Not capped: a buffer comes back only after it was decoded into, so the pile holds
+            // no more than the chunks that were in flight at once.
+            GiveBack::Shared(spares) => lock(spares).push(used),
+        }
+    }
 }
 
 /// What the pool sends a file.
@@ -112,20 +172,30 @@ impl Decoders {
             jobs: Some(jobs),
             workers,
             hash,
+            spares: SharedSpares::default(),
         }
     }
 
-    /// Puts `reader` on the pool: its first chunks are decoded from now.
-    pub(super) fn start(&self, reader: TraceReader<File>) -> Ahead {
+    /// Puts `reader` on the pool: with [`Demand::Ahead`], its first chunks are decoded from now.
+    pub(super) fn start(&self, reader: TraceReader<File>, demand: Demand) -> Ahead {
         let (chunks, rx) = channel();
-        let (spare_tx, spare) = channel();
+        let (spares, give_back) = match demand {
+            Demand::Ahead => {
+                let (tx, rx) = channel();
+                (Spares::Own(rx), GiveBack::Own(tx))
+            }
+            Demand::Requested => (
+                Spares::Shared(Arc::clone(&self.spares)),
+                GiveBack::Shared(Arc::clone(&self.spares)),
+            ),
+        };
         let header = reader.header().clone();
         let (version, bracketed) = (reader.version(), reader.samples_bracketed());
         let slot = Arc::new(Slot {
             state: Mutex::new(SlotState {
                 reader: Some(reader),
                 chunks,
-                spare,
+                spares,
                 hash: self.hash,
                 samples_sent: 0,
                 kernel_sent: 0,
@@ -133,14 +203,18 @@ impl Decoders {
             }),
         });
         let jobs = self.jobs.clone().expect("the pool runs until dropped");
-        for _ in 0..AHEAD {
-            let _ = jobs.send(Arc::clone(&slot));
+        if demand == Demand::Ahead {
+            for _ in 0..AHEAD {
+                let _ = jobs.send(Arc::clone(&slot));
+            }
         }
         Ahead {
             slot,
             jobs,
             rx,
-            spare: spare_tx,
+            give_back,
+            demand,
+            requested: false,
             header,
             version,
             bracketed,
@@ -188,9 +262,19 @@ fn decode(slot: &Slot) {
     let Some(reader) = st.reader.as_mut() else {
         return;
     };
+    // A file decoded on request decodes into a shared spare and keeps no buffer between chunks
+    // (its reader's is swapped out empty); one decoded ahead decodes into its own and swaps its
+    // own spare in.
+    if let Spares::Shared(spares) = &st.spares {
+        let mut buffer = lock(spares).pop().unwrap_or_default();
+        reader.swap_events(&mut buffer);
+    }
     let message = match reader.next_events() {
         Ok(Some(_)) => {
-            let mut events = st.spare.try_recv().unwrap_or_default();
+            let mut events = match &st.spares {
+                Spares::Own(spare) => spare.try_recv().unwrap_or_default(),
+                Spares::Shared(_) => Vec::new(),
+            };
             reader.swap_events(&mut events);
             // (The function reserves what it writes: the merge's writes more hashes than events.)
             let mut hashes = Vec::new();
@@ -226,7 +310,10 @@ pub(super) struct Ahead {
     slot: Arc<Slot>,
     jobs: Sender<Arc<Slot>>,
     rx: Receiver<Decoded>,
-    spare: Sender<Vec<PacketEvent>>,
+    give_back: GiveBack,
+    demand: Demand,
+    /// Whether a chunk was asked for ([`Demand::Requested`]) and not taken yet.
+    requested: bool,
     pub(super) header: TraceHeader,
     pub(super) version: u32,
     pub(super) bracketed: bool,
@@ -250,9 +337,12 @@ impl Ahead {
         }
         let used = std::mem::take(&mut self.events);
         if used.capacity() > 0 {
-            let _ = self.spare.send(used);
+            self.give_back.give(used);
         }
-        let _ = self.jobs.send(Arc::clone(&self.slot));
+        if self.demand == Demand::Ahead || !self.requested {
+            let _ = self.jobs.send(Arc::clone(&self.slot));
+        }
+        self.requested = false;
         match self.rx.recv() {
             Ok(Decoded::Chunk {
                 events,
@@ -282,6 +372,20 @@ impl Ahead {
             // Cannot happen (the slot holds the sender, and the pool outlives its files).
             Err(_) => Err(stopped("its decoding thread stopped")),
         }
+    }
+}
+
+impl Ahead {
+    /// Asks for the next chunk of a file decoded on request, to be decoded now, before
+    /// [`next`](Self::next) takes it; true if that was asked (not for a file decoded ahead, one
+    /// whose chunk was asked for already, or one whose reading failed).
+    pub(super) fn request(&mut self) -> bool {
+        if self.demand != Demand::Requested || self.requested || self.failed {
+            return false;
+        }
+        let _ = self.jobs.send(Arc::clone(&self.slot));
+        self.requested = true;
+        true
     }
 }
 

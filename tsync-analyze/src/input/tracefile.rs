@@ -16,7 +16,7 @@ use tsync_common::format::{
 use tsync_common::{PacketEvent, direction};
 
 use crate::ctf::CtfTrace;
-use crate::input::ahead::{Ahead, Decoders};
+use crate::input::ahead::{Ahead, Decoders, Demand};
 use crate::input::error::InputError;
 
 /// The trace file header.
@@ -133,16 +133,26 @@ impl TraceFile {
         })
     }
 
-    /// [`open`](Self::open), with an agent file's chunks decoded ahead on `pool` (a CTF trace
-    /// is read as by `open`). What every method returns is the same either way.
-    pub fn open_ahead(path: &Path, pool: &Decoders) -> Result<Self, InputError> {
+    /// [`open`](Self::open), with an agent file's chunks decoded on `pool`, ahead or on request
+    /// as `demand` says (a CTF trace is read as by `open`). What every method returns is the
+    /// same either way.
+    pub fn open_ahead(path: &Path, pool: &Decoders, demand: Demand) -> Result<Self, InputError> {
         if path.is_dir() {
             return Self::open(path);
         }
         Ok(TraceFile {
             path: path.to_path_buf(),
-            source: Backend::Ahead(Box::new(pool.start(agent_reader(path)?))),
+            source: Backend::Ahead(Box::new(pool.start(agent_reader(path)?, demand))),
         })
+    }
+
+    /// Asks the pool to decode the next chunk now, if the file is decoded on request
+    /// ([`Demand::Requested`]) and none was asked for; true if it was asked.
+    pub fn request_ahead(&mut self) -> bool {
+        match &mut self.source {
+            Backend::Ahead(a) => a.request(),
+            Backend::Agent(_) | Backend::Ctf(_) => false,
+        }
     }
 
     /// The file's path.

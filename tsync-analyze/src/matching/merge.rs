@@ -21,7 +21,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use tsync_common::PacketEvent;
 use tsync_common::format::read_address_tables;
 
-use crate::input::ahead::Decoders;
+use crate::input::ahead::{Decoders, Demand};
 use crate::input::error::InputError;
 use crate::input::tracefile::{TraceFile, TraceHeader, usable};
 use crate::input::{InputSet, Source, SourceKind, text};
@@ -133,6 +133,11 @@ struct Stream {
     invalid: u64,
     /// First and last event on the merge axis (None for a trace without events).
     span: Option<(i64, i64)>,
+    /// Whether its next chunk was asked for ([`Requests`]).
+    requested: bool,
+    /// The merge-axis time of the last event of the chunk in hand (`i64::MIN` for an empty
+    /// one), as [`Requests`] last noted it.
+    chunk_end: i64,
 }
 
 /// Where the merged stream is: what every file's events carry on from.
@@ -167,6 +172,8 @@ impl Stream {
             out_of_order: 0,
             invalid: 0,
             span: None,
+            requested: false,
+            chunk_end: i64::MIN,
         }
     }
 
@@ -470,6 +477,8 @@ pub(super) struct Reader {
     /// Warnings found before matching (alignment, the same recording twice).
     warnings: Vec<String>,
     recordings: Recordings,
+    /// Which chunks to ask for, when the files are decoded on request.
+    requests: Option<requests::Requests>,
     /// The threads decoding the files ahead, if any. Last, so that it is dropped after the
     /// streams: its threads end once every file is closed.
     _decoders: Option<Decoders>,
@@ -482,9 +491,10 @@ impl Reader {
         // With several threads, the files may be decoded ahead (see `input::ahead`).
         let threads = options.thread_count();
         let decoders = (plan.decoders > 0).then(|| Decoders::new(plan.decoders, hash_keys));
+        let demand = Demand::for_files(sources.len());
         for s in sources {
             let file = match &decoders {
-                Some(pool) => TraceFile::open_ahead(&s.path, pool)?,
+                Some(pool) => TraceFile::open_ahead(&s.path, pool, demand)?,
                 None => TraceFile::open(&s.path)?,
             };
             streams.push(Stream::new(s.first_trace, file));
@@ -521,6 +531,8 @@ impl Reader {
             slack: (options.window_ns / 16).max(0),
             warnings,
             recordings,
+            requests: (decoders.is_some() && demand == Demand::Requested)
+                .then(|| requests::Requests::new(plan.decoders, sources.len())),
             _decoders: decoders,
         })
     }
@@ -535,11 +547,26 @@ impl Reader {
     /// stage takes as the time: it never goes back, so every partition agrees on when a key is
     /// due).
     pub(super) fn run<D: Dispatch>(&mut self, d: &mut D) -> Result<(), InputError> {
-        let mut heap = BinaryHeap::with_capacity(self.streams.len());
-        for (i, st) in self.streams.iter().enumerate() {
+        let Reader {
+            streams,
+            slack,
+            requests,
+            ..
+        } = self;
+        let slack = *slack;
+        let mut heap = BinaryHeap::with_capacity(streams.len());
+        for (i, st) in streams.iter().enumerate() {
             if let Some((first, _)) = st.span {
                 heap.push(Reverse((first, i)));
             }
+        }
+        if let Some(r) = requests.as_mut() {
+            for (i, st) in streams.iter_mut().enumerate() {
+                if st.span.is_some() {
+                    r.holds(i, st);
+                }
+            }
+            r.top_up(streams);
         }
         let mut m = Merged {
             hw: i64::MIN,
@@ -551,9 +578,9 @@ impl Reader {
         while let Some(Reverse((_, i))) = heap.pop() {
             let limit = heap
                 .peek()
-                .map_or(i64::MAX, |r| r.0.0.saturating_add(self.slack));
-            let st = &mut self.streams[i];
+                .map_or(i64::MAX, |r| r.0.0.saturating_add(slack));
             loop {
+                let st = &mut streams[i];
                 if let Some(next) = st.feed(limit, &mut m, d) {
                     heap.push(Reverse((next, i)));
                     break;
@@ -567,10 +594,14 @@ impl Reader {
                 {
                     span.1 = span.1.max(last);
                 }
-                if !st.refill()? {
-                    if let Some((_, last)) = st.span {
-                        d.trace_ends(st.trace, last, m.hw);
-                    }
+                let more = st.refill()?;
+                if !more && let Some((_, last)) = st.span {
+                    d.trace_ends(st.trace, last, m.hw);
+                }
+                if let Some(r) = requests.as_mut() {
+                    r.refilled(i, more, streams);
+                }
+                if !more {
                     break;
                 }
             }
@@ -660,6 +691,9 @@ pub fn match_files<S: MessageSink + ?Sized>(
     }
     Ok(stats)
 }
+
+#[path = "merge_requests.rs"]
+mod requests;
 
 #[cfg(test)]
 #[path = "merge_tests.rs"]

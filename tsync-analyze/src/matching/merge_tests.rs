@@ -1,5 +1,6 @@
 //! A stream that starts on the chunks the coarse alignment read gives what reading its file
-//! would have given, chunk by chunk.
+//! would have given, chunk by chunk, whether the file is read inline or decoded on the pool
+//! (ahead, or on request).
 
 use std::path::{Path, PathBuf};
 
@@ -70,9 +71,14 @@ fn read_ahead(st: &mut Stream, chunks: usize) {
     }
 }
 
-/// Refills `a` and `b` to their ends, checking that each chunk looks the same from both.
+/// Refills `a` and `b` to their ends, checking that each chunk looks the same from both. `b`'s
+/// next chunk is asked for ahead every other time (a file decoded on request: the merge's
+/// [`requests`] do that).
 fn same_chunks(a: &mut Stream, b: &mut Stream) {
-    loop {
+    for asked in (0..).map(|k| k % 2 == 0) {
+        if asked && b.replay.is_empty() {
+            b.file.request_ahead();
+        }
         let more = a.refill().unwrap();
         assert_eq!(more, b.refill().unwrap());
         assert_eq!(a.chunk(), b.chunk());
@@ -92,15 +98,15 @@ fn chunks_read_ahead_are_used_as_the_file_would_give_them() {
     let cut = trace(dir.path(), "cut", &[300, 500, 100, 400], 0.6);
     let pool = Decoders::new(2, hash_keys);
     for path in [&whole, &cut] {
-        for ahead in [false, true] {
-            let open = || match ahead {
-                true => TraceFile::open_ahead(path, &pool).unwrap(),
-                false => TraceFile::open(path).unwrap(),
+        for demand in [None, Some(Demand::Ahead), Some(Demand::Requested)] {
+            let open = || match demand {
+                Some(demand) => TraceFile::open_ahead(path, &pool, demand).unwrap(),
+                None => TraceFile::open(path).unwrap(),
             };
             // None read ahead, some, all of them, and past the end (a file shorter than the
             // sample).
             for chunks in 0..7 {
-                let mut plain = Stream::new(0, open());
+                let mut plain = Stream::new(0, TraceFile::open(path).unwrap());
                 let mut replayed = Stream::new(0, open());
                 replayed.coarse = -7;
                 plain.coarse = -7;
