@@ -373,9 +373,7 @@ impl Ahead {
             Err(_) => Err(stopped("its decoding thread stopped")),
         }
     }
-}
 
-impl Ahead {
     /// Asks for the next chunk of a file decoded on request, to be decoded now, before
     /// [`next`](Self::next) takes it; true if that was asked (not for a file decoded ahead, one
     /// whose chunk was asked for already, or one whose reading failed).

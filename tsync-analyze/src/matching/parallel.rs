@@ -78,7 +78,7 @@ impl Plan {
     /// calling thread's per-pair work grows with the pairs), while partitions with decoders at
     /// three threads took 12.5–13.8 s against 13.5–14.5 s (five alternating runs each).
     pub fn new(threads: usize, files: usize) -> Plan {
-        let ahead = files <= ahead::MAX_FILES;
+        let ahead = ahead::Demand::for_files(files) == ahead::Demand::Ahead;
         match threads.max(1) {
             1 => Plan {
                 decoders: 0,

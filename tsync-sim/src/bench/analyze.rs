@@ -108,6 +108,32 @@ struct Best {
     baseline: Option<Measure>,
 }
 
+impl Best {
+    /// One round: each command run once on `files`.
+    fn round(o: &Options, meter: &Meter, files: &[PathBuf], text: bool) -> Result<Best> {
+        let sync_args = ["sync", "--json"];
+        Ok(Best {
+            decode: decode(files, text)?,
+            one: meter.measure(o.analyzer, files, &["sync", "--json", "--threads", "1"])?,
+            sync: meter.measure(o.analyzer, files, &sync_args)?,
+            baseline: o
+                .baseline
+                .map(|b| meter.measure(b, files, &sync_args))
+                .transpose()?,
+        })
+    }
+
+    /// Folds a later round in: each command's fastest run.
+    fn keep_best(&mut self, other: Best) {
+        self.decode = self.decode.min(other.decode);
+        self.one.keep_best(other.one);
+        self.sync.keep_best(other.sync);
+        if let (Some(kept), Some(run)) = (self.baseline.as_mut(), other.baseline) {
+            kept.keep_best(run);
+        }
+    }
+}
+
 /// Runs `decode`, `sync --threads 1`, `sync` and the baseline's `sync` on `files` in [`RUNS`]
 /// interleaved rounds and keeps each one's fastest run. The rows' ratios (`÷ decode`, the
 /// speed-up) compare commands whose runs are minutes apart otherwise: on a shared host whose
@@ -115,37 +141,11 @@ struct Best {
 /// the same binary come out ×0.9 to ×1.9 against itself. Interleaved, every command meets the
 /// host's fast and slow moments alike.
 fn rounds(o: &Options, meter: &Meter, files: &[PathBuf], text: bool) -> Result<Best> {
-    let one_args = ["sync", "--json", "--threads", "1"];
-    let sync_args = ["sync", "--json"];
-    let mut best: Option<Best> = None;
-    for _ in 0..RUNS {
-        let decode = decode(files, text)?;
-        let one = meter.measure(o.analyzer, files, &one_args)?;
-        let sync = meter.measure(o.analyzer, files, &sync_args)?;
-        let baseline = o
-            .baseline
-            .map(|b| meter.measure(b, files, &sync_args))
-            .transpose()?;
-        match best.as_mut() {
-            None => {
-                best = Some(Best {
-                    decode,
-                    one,
-                    sync,
-                    baseline,
-                })
-            }
-            Some(b) => {
-                b.decode = b.decode.min(decode);
-                b.one.keep_best(one);
-                b.sync.keep_best(sync);
-                if let (Some(kept), Some(run)) = (b.baseline.as_mut(), baseline) {
-                    kept.keep_best(run);
-                }
-            }
-        }
+    let mut best = Best::round(o, meter, files, text)?;
+    for _ in 1..RUNS {
+        best.keep_best(Best::round(o, meter, files, text)?);
     }
-    Ok(best.expect("RUNS > 0"))
+    Ok(best)
 }
 
 /// Generates the inputs, measures every row, prints the table and writes it.
