@@ -213,28 +213,6 @@ impl TraceFile {
         }
     }
 
-    /// Takes the events of the chunk read last out of the file, with their hashes if a decoding
-    /// pool computed them ([`hashes`](Self::hashes)), so that the caller can keep them past the
-    /// next chunk: the coarse alignment reads the start of a file for the matching pass that
-    /// follows (`matching::alignment`). An agent file's buffers are handed over, not copied (the
-    /// reader decodes the next chunk into a new one); a CTF trace's are copied. Until the next
-    /// chunk, [`events`](Self::events) and [`chunk_bytes`](Self::chunk_bytes) are then not
-    /// those of the chunk taken: ask for the bytes first.
-    pub fn take_chunk(&mut self) -> (Vec<PacketEvent>, Option<Vec<u64>>) {
-        match &mut self.source {
-            Backend::Agent(r) => {
-                let mut events = Vec::new();
-                r.swap_events(&mut events);
-                (events, None)
-            }
-            Backend::Ahead(a) => (
-                std::mem::take(&mut a.events),
-                Some(std::mem::take(&mut a.hashes)),
-            ),
-            Backend::Ctf(t) => (t.events().to_vec(), None),
-        }
-    }
-
     /// Bytes of input behind the chunk read last (progress): its events' for a trace file, the
     /// stream bytes read for it for a CTF trace.
     pub fn chunk_bytes(&mut self) -> u64 {

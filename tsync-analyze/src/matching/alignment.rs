@@ -13,25 +13,23 @@
 //! spanning tree of the best-sampled pairs. They move the merge axis only: the estimate never
 //! sees them, and they are applied only when some node is off by more than [`THRESHOLD_NS`].
 //!
-//! The sample is read through the matching pass's own files, and every chunk read for it is kept
-//! ([`Read`]: its events, their key hashes, the realtime shift and byte count after it) for the
-//! pass, which takes these chunks before reading its files on. So each sampled event is decoded
-//! and hashed once: decoding and hashing the sample a second time was 15 % of `sync`'s
-//! instructions on 16 traces of 3·10^5 messages (81 M of 531 M), and the sample does not shrink
-//! with the traces. What is kept is the sample itself (some 2^18 events of 88 bytes with their
-//! hashes, 22 MiB, plus at most a chunk per file; files beyond that budget, past 16, are sampled
-//! from a copy of their own and decoded twice, as before), whatever the traces' length, and it
-//! is freed as the pass uses it. A read error ends a file's sample and is kept in its place too:
-//! the pass meets it where reading the file would have.
+//! The sample is read from a copy of each file, opened for it, and decoded again by the matching
+//! pass. Keeping the chunks it decoded for the pass instead (as the analyzer did for a while)
+//! saves decoding the sample twice, some 15 % of `sync`'s instructions on 16 traces of 3·10^5
+//! messages, but holds the whole sample (2^18 events of 88 bytes: 22 MiB) in memory written
+//! once: its first writes page-fault (5,500 faults, ~2 µs each on a VM), evict the caches the
+//! pass then works in, and doubled the analyzer's peak memory. Decoding is cheaper than that:
+//! measured in alternating runs, `sync` takes as long or less without keeping (−10 % to −20 %
+//! with two threads on 2 and 16 traces), in half the memory (docs/benchmarks.md).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
+use std::path::Path;
 
 use rustc_hash::FxHashMap;
 
 use tsync_common::{PacketEvent, direction};
 
-use crate::input::error::InputError;
 use crate::input::tracefile::{TraceFile, usable};
 use crate::matching::merge::hash_keys;
 
@@ -51,58 +49,10 @@ pub const THRESHOLD_NS: i64 = 20_000_000;
 
 /// One file to sample.
 pub(crate) struct SampleInput<'a> {
-    /// The matching pass's file, at its start: the sample is read from it.
-    pub file: &'a mut TraceFile,
+    /// The file: the sample is read from a copy of it, opened here.
+    pub path: &'a Path,
     /// The node's name, for the warnings.
     pub name: String,
-    /// Where the chunks read from `file` go, in file order, for the pass to take before it
-    /// reads `file` on.
-    pub kept: &'a mut VecDeque<Read>,
-}
-
-/// A chunk read from the start of a file, with what the matching pass takes from the file with
-/// it: the pass uses it as it would the chunk it decodes itself.
-pub(crate) struct Kept {
-    pub events: Vec<PacketEvent>,
-    /// Each event's key hash, then the merge's padding ([`hash_keys`]).
-    pub hashes: Vec<u64>,
-    /// realtime − monotonic after the chunk ([`TraceFile::latest_shift`]), ns.
-    pub shift: i64,
-    /// [`TraceFile::chunk_bytes`] of the chunk.
-    pub bytes: u64,
-}
-
-/// What reading a file's next chunk gave.
-pub(crate) enum Read {
-    Chunk(Kept),
-    /// The end of the file (or the damage where it stops).
-    End,
-    /// The error the read returned: the sample stops there, the pass reports it there.
-    Failed(InputError),
-}
-
-/// Reads `file`'s next chunk and takes it out of the file; `shift` is the realtime shift
-/// before it.
-pub(crate) fn read(file: &mut TraceFile, shift: i64) -> Read {
-    match file.next_chunk() {
-        Ok(Some(_)) => {}
-        Ok(None) => return Read::End,
-        Err(e) => return Read::Failed(e),
-    }
-    let shift = file.latest_shift(shift);
-    let bytes = file.chunk_bytes();
-    let (events, hashes) = file.take_chunk();
-    let hashes = hashes.unwrap_or_else(|| {
-        let mut hashes = Vec::new();
-        hash_keys(&events, &mut hashes);
-        hashes
-    });
-    Read::Chunk(Kept {
-        events,
-        hashes,
-        shift,
-        bytes,
-    })
 }
 
 /// The first event seen of a sampled key on one side.
@@ -120,8 +70,8 @@ pub(crate) struct Alignment {
 }
 
 /// Estimates the corrections for `files`, on the merge axis the matcher uses, reading up to
-/// `threads` files at once; the chunks read are kept in each file's `kept`.
-pub(crate) fn estimate(files: &mut [SampleInput<'_>], threads: usize) -> Alignment {
+/// `threads` files at once.
+pub(crate) fn estimate(files: &[SampleInput<'_>], threads: usize) -> Alignment {
     let n = files.len();
     let none = Alignment {
         corrections_ns: vec![0; n],
@@ -131,27 +81,20 @@ pub(crate) fn estimate(files: &mut [SampleInput<'_>], threads: usize) -> Alignme
         return none;
     }
     let per_file = (EVENT_BUDGET / n as u64).max(MIN_EVENTS_PER_FILE);
-    // The files whose sample fits the budget keep it for the pass (all of them up to 16 files).
-    let keeping = (EVENT_BUDGET / per_file) as usize;
     let mut sends = Keys::default();
     let mut recvs = Keys::default();
-    // Files are read in waves of `threads` (decoding is most of the cost; a file decoded ahead
-    // on the pool waits for it there) and their samples joined in file order, as one thread
-    // reading them in turn would: what each key keeps is its first file's first event, and its
-    // count over all files.
+    // Files are read in waves of `threads` (decoding is most of the cost) and their samples
+    // joined in file order, as one thread reading them in turn would: what each key keeps is
+    // its first file's first event, and its count over all files.
     let mut k = 0u32;
-    for wave in files.chunks_mut(threads.max(1)) {
+    for wave in files.chunks(threads.max(1)) {
         let samples: Vec<FileSample> = if wave.len() == 1 {
-            let keep = (k as usize) < keeping;
-            vec![sample(&mut wave[0], k, per_file, keep)]
+            vec![sample(&wave[0], k, per_file)]
         } else {
             std::thread::scope(|scope| {
                 let reading: Vec<_> = (k..)
-                    .zip(wave.iter_mut())
-                    .map(|(k, f)| {
-                        let keep = (k as usize) < keeping;
-                        scope.spawn(move || sample(f, k, per_file, keep))
-                    })
+                    .zip(wave)
+                    .map(|(k, f)| scope.spawn(move || sample(f, k, per_file)))
                     .collect();
                 reading
                     .into_iter()
@@ -205,37 +148,24 @@ struct FileSample {
     recvs: Keys,
 }
 
-/// Samples the first `per_file` events (whole chunks) of file number `k`: from the pass's file,
-/// keeping the chunks read in `f.kept`, if `keep`, else from a copy of the file opened here. A
-/// copy the sampler cannot open or read is left to the matching pass, which reports it.
-fn sample(f: &mut SampleInput<'_>, k: u32, per_file: u64, keep: bool) -> FileSample {
+/// Samples the first `per_file` events (whole chunks) of file number `k`, from a copy of the file
+/// opened here. A copy the sampler cannot open or read is left to the matching pass, which
+/// reports it.
+fn sample(f: &SampleInput<'_>, k: u32, per_file: u64) -> FileSample {
     let mut out = FileSample::with_capacity((per_file >> SAMPLE_BITS) as usize);
-    let mut copy;
-    let file = if keep {
-        &mut *f.file
-    } else {
-        let Ok(opened) = TraceFile::open(f.file.path()) else {
-            return out;
-        };
-        copy = opened;
-        &mut copy
+    let Ok(mut file) = TraceFile::open(f.path) else {
+        return out;
     };
     let mut shift = file.start_shift();
+    let mut hashes = Vec::new();
     let mut taken = 0u64;
-    while taken < per_file {
-        let chunk = read(file, shift);
-        let Read::Chunk(c) = &chunk else {
-            if keep {
-                f.kept.push_back(chunk);
-            }
-            break;
-        };
-        shift = c.shift;
-        taken += c.events.len() as u64;
-        out.add(k, &c.events, &c.hashes, shift);
-        if keep {
-            f.kept.push_back(chunk);
-        }
+    while taken < per_file && matches!(file.next_chunk(), Ok(Some(_))) {
+        shift = file.latest_shift(shift);
+        let events = file.events();
+        hashes.clear();
+        hash_keys(events, &mut hashes);
+        taken += events.len() as u64;
+        out.add(k, events, &hashes, shift);
     }
     out
 }

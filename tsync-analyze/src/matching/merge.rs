@@ -9,14 +9,9 @@
 //! sample. That alignment is only as good as the nodes' NTP (milliseconds); the window absorbs it,
 //! and a coarse alignment from the packets themselves ([`super::alignment`]) corrects clocks that
 //! are further off. The estimate itself never uses it.
-//!
-//! That alignment reads the start of every file before the merge, through the streams' own
-//! files, and hands each stream the chunks it read ([`alignment::Read`]): a stream takes those
-//! first ([`Stream::refill`]) and then reads its file on, so the sample's events are not decoded
-//! or hashed again (up to the sample's budget: see there).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap};
 
 use tsync_common::PacketEvent;
 use tsync_common::format::read_address_tables;
@@ -25,7 +20,7 @@ use crate::input::ahead::{Decoders, Demand};
 use crate::input::error::InputError;
 use crate::input::tracefile::{TraceFile, TraceHeader, usable};
 use crate::input::{InputSet, Source, SourceKind, text};
-use crate::matching::alignment::{self, Kept, Read, SampleInput};
+use crate::matching::alignment::{self, SampleInput};
 use crate::matching::exchange::ReplyPairing;
 use crate::matching::key_hash;
 use crate::matching::keys::{self, Recordings};
@@ -107,18 +102,11 @@ impl InputSet {
 /// One file being streamed.
 struct Stream {
     trace: u32,
-    /// The events are used in place (`file.events()[pos..]`, or `kept`'s).
+    /// The events are used in place (`file.events()[pos..]`).
     file: TraceFile,
-    /// The chunks the coarse alignment read from `file`, in file order: taken before `file` is
-    /// read on (see [`Stream::refill`]).
-    replay: VecDeque<Read>,
-    /// The chunk in hand, when it was taken from `replay`.
-    kept: Option<Kept>,
-    /// [`TraceFile::chunk_bytes`] of the chunks taken from `replay` and not yet counted.
-    kept_bytes: u64,
     pos: usize,
     /// The packet-key hash of each event of the chunk in hand (see [`Stream::refill`]), then
-    /// [`HASH_PADDING`] zeros ([`hash_keys`]), unless the file or `kept` comes with them.
+    /// [`HASH_PADDING`] zeros ([`hash_keys`]), unless the file comes with them.
     hashes: Vec<u64>,
     /// Events consumed (index of the next one in file order).
     index: u64,
@@ -159,9 +147,6 @@ impl Stream {
         Stream {
             trace,
             file,
-            replay: VecDeque::new(),
-            kept: None,
-            kept_bytes: 0,
             pos: 0,
             hashes: Vec::new(),
             index: 0,
@@ -177,13 +162,11 @@ impl Stream {
         }
     }
 
-    /// What the coarse alignment samples this stream through: its file, and the queue where the
-    /// chunks it reads are kept for the pass.
-    fn sample_input(&mut self) -> SampleInput<'_> {
+    /// What the coarse alignment samples this stream's file as.
+    fn sample_input(&self) -> SampleInput<'_> {
         SampleInput {
+            path: self.file.path(),
             name: self.file.node_name(),
-            file: &mut self.file,
-            kept: &mut self.replay,
         }
     }
 
@@ -194,23 +177,9 @@ impl Stream {
     /// hash, so each of them reads it instead of hashing the key again (a tight loop over the
     /// chunk also hashes faster than the merge loop would, event by event). A file decoded on
     /// the pool comes with its hashes, computed there, off this thread.
-    ///
-    /// The chunks the coarse alignment read come first, hashed already, each with the shift
-    /// and byte count read with it; then, or where it stopped on an error (returned here, as
-    /// reading the file would), the file is read on.
     fn refill(&mut self) -> Result<bool, InputError> {
         self.pos = 0;
-        let more = match self.replay.pop_front() {
-            Some(Read::Chunk(kept)) => {
-                self.take_kept(kept);
-                return Ok(true);
-            }
-            Some(Read::Failed(e)) => return Err(e),
-            // The alignment read up to the end: the file is there (without events) already.
-            Some(Read::End) => false,
-            None => self.file.next_chunk()?.is_some(),
-        };
-        self.kept = None;
+        let more = self.file.next_chunk()?.is_some();
         if self.file.hashes().is_none() {
             self.hashes.clear();
             hash_keys(self.file.events(), &mut self.hashes);
@@ -220,34 +189,18 @@ impl Stream {
         Ok(more)
     }
 
-    /// [`refill`](Self::refill) with a chunk the alignment read.
-    fn take_kept(&mut self, kept: Kept) {
-        self.shift = kept.shift;
-        self.offset = self.shift.saturating_add(self.coarse);
-        self.kept_bytes += kept.bytes;
-        self.kept = Some(kept);
-    }
-
     /// The events of the chunk in hand and their hashes (padded).
     #[inline(always)]
     fn chunk(&self) -> (&[PacketEvent], &[u64]) {
-        match &self.kept {
-            Some(k) => (&k.events, &k.hashes),
-            None => (
-                self.file.events(),
-                self.file.hashes().unwrap_or(&self.hashes),
-            ),
-        }
+        (
+            self.file.events(),
+            self.file.hashes().unwrap_or(&self.hashes),
+        )
     }
 
-    /// [`TraceFile::chunk_bytes`] of the chunk in hand, with that of any chunk taken from
-    /// `replay` before it and not counted (an empty one): what the file would have said.
+    /// [`TraceFile::chunk_bytes`] of the chunk in hand.
     fn take_bytes(&mut self) -> u64 {
-        let kept = std::mem::take(&mut self.kept_bytes);
-        match self.kept {
-            Some(_) => kept,
-            None => kept + self.file.chunk_bytes(),
-        }
+        self.file.chunk_bytes()
     }
 
     #[inline]
@@ -501,9 +454,8 @@ impl Reader {
         }
         let mut warnings = Vec::new();
         if !same_host(&streams) {
-            let mut files: Vec<SampleInput<'_>> =
-                streams.iter_mut().map(Stream::sample_input).collect();
-            let alignment = alignment::estimate(&mut files, threads);
+            let files: Vec<SampleInput<'_>> = streams.iter().map(Stream::sample_input).collect();
+            let alignment = alignment::estimate(&files, threads);
             for (st, c) in streams.iter_mut().zip(alignment.corrections_ns) {
                 st.coarse = c;
                 st.offset = st.shift.saturating_add(c);

@@ -49,12 +49,8 @@ impl Requests {
         self.top_up(streams);
     }
 
-    /// Puts stream `i` in line for a request, if it reads its file (its replayed chunks are
-    /// used up).
+    /// Puts stream `i` in line for a request.
     pub(super) fn holds(&mut self, i: usize, st: &mut Stream) {
-        if !st.replay.is_empty() {
-            return;
-        }
         st.chunk_end = st.chunk().0.last().map_or(i64::MIN, |e| st.aligned(e));
         self.soon.push(Reverse((st.chunk_end, i)));
     }
@@ -66,7 +62,7 @@ impl Requests {
                 return;
             };
             let st = &mut streams[j];
-            if st.requested || st.chunk_end != end || !st.replay.is_empty() {
+            if st.requested || st.chunk_end != end {
                 continue;
             }
             if st.file.request_ahead() {

@@ -63,10 +63,8 @@ impl Plan {
     /// Two threads run a pipeline: the pool decodes and hashes, the calling thread merges,
     /// matches and estimates inline. Both cores are busy (decoding and hashing are about 45 %
     /// of the work), nothing is copied and no work is added. The pool has two threads, not one:
-    /// the coarse alignment's sample is decoded before the pass starts, while the calling
-    /// thread waits, and a file's next chunks are decoded only on demand, so during the pass
-    /// the second decoder mostly waits too (measured: as fast or faster than one decoder on
-    /// 2 and 16 traces). Partitions instead run a reader, every partition and the sequencer on
+    /// a file's next chunks are decoded only on demand, so during the pass the second decoder
+    /// mostly waits (measured: as fast or faster than one decoder on 2 and 16 traces). Partitions instead run a reader, every partition and the sequencer on
     /// threads of their own besides the decoders (six threads for two cores), and add the
     /// copies to the partitions and the merge of their decisions (+12 to +25 % of the
     /// instructions): they pay only where more cores can take them. Beyond
