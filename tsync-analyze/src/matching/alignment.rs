@@ -19,7 +19,7 @@
 //! messages, but holds the whole sample (2^18 events of 88 bytes: 22 MiB) in memory written
 //! once: its first writes page-fault (5,500 faults, ~2 µs each on a VM), evict the caches the
 //! pass then works in, and doubled the analyzer's peak memory. Decoding is cheaper than that:
-//! measured in alternating runs, `sync` takes as long or less without keeping (−10 % to −20 %
+//! measured in alternating runs, `sync` takes as long or less without keeping (2 % to 17 % less
 //! with two threads on 2 and 16 traces), in half the memory (docs/benchmarks.md).
 
 use std::cmp::Reverse;
