@@ -85,26 +85,32 @@ pub(crate) fn estimate(files: &[SampleInput<'_>], threads: usize) -> Alignment {
     let mut recvs = Keys::default();
     // Files are read in waves of `threads` (decoding is most of the cost) and their samples
     // joined in file order, as one thread reading them in turn would: what each key keeps is
-    // its first file's first event, and its count over all files.
+    // its first file's first event, and its count over all files. Each reading thread fills
+    // the same tables file after file, emptied by the join (the first file's are taken whole):
+    // tables sized for a file's whole sample are scattered over hundreds of pages, and fresh
+    // ones for every file page-faulted more than the sample's decoding cost on 16 small files.
+    let threads = threads.clamp(1, n);
+    let mut samples: Vec<FileSample> = (0..threads).map(|_| FileSample::default()).collect();
     let mut k = 0u32;
-    for wave in files.chunks(threads.max(1)) {
-        let samples: Vec<FileSample> = if wave.len() == 1 {
-            vec![sample(&wave[0], k, per_file)]
+    for wave in files.chunks(threads) {
+        let samples = &mut samples[..wave.len()];
+        if let [one] = samples {
+            sample(&wave[0], k, per_file, one);
         } else {
             std::thread::scope(|scope| {
                 let reading: Vec<_> = (k..)
                     .zip(wave)
-                    .map(|(k, f)| scope.spawn(move || sample(f, k, per_file)))
+                    .zip(samples.iter_mut())
+                    .map(|((k, f), out)| scope.spawn(move || sample(f, k, per_file, out)))
                     .collect();
-                reading
-                    .into_iter()
-                    .map(|r| r.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                    .collect()
-            })
-        };
+                for r in reading {
+                    r.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                }
+            });
+        }
         for s in samples {
-            join(&mut sends, s.sends);
-            join(&mut recvs, s.recvs);
+            join(&mut sends, &mut s.sends);
+            join(&mut recvs, &mut s.recvs);
         }
         k += wave.len() as u32;
     }
@@ -148,13 +154,15 @@ struct FileSample {
     recvs: Keys,
 }
 
-/// Samples the first `per_file` events (whole chunks) of file number `k`, from a copy of the file
-/// opened here. A copy the sampler cannot open or read is left to the matching pass, which
-/// reports it.
-fn sample(f: &SampleInput<'_>, k: u32, per_file: u64) -> FileSample {
-    let mut out = FileSample::with_capacity((per_file >> SAMPLE_BITS) as usize);
+/// Samples the first `per_file` events (whole chunks) of file number `k` into `out` (empty), from
+/// a copy of the file opened here. A copy the sampler cannot open or read is left to the matching
+/// pass, which reports it.
+fn sample(f: &SampleInput<'_>, k: u32, per_file: u64, out: &mut FileSample) {
+    if out.sends.capacity() == 0 {
+        *out = FileSample::with_capacity((per_file >> SAMPLE_BITS) as usize);
+    }
     let Ok(mut file) = TraceFile::open(f.path) else {
-        return out;
+        return;
     };
     let mut shift = file.start_shift();
     let mut hashes = Vec::new();
@@ -167,7 +175,6 @@ fn sample(f: &SampleInput<'_>, k: u32, per_file: u64) -> FileSample {
         taken += events.len() as u64;
         out.add(k, events, &hashes, shift);
     }
-    out
 }
 
 impl FileSample {
@@ -202,14 +209,15 @@ impl FileSample {
     }
 }
 
-/// Adds a later file's sampled keys to `all`: a key seen before keeps its first event.
-fn join(all: &mut Keys, later: Keys) {
+/// Moves a later file's sampled keys to `all` (`later` is left empty: with its room, or without
+/// any when `all` was empty and took its table): a key seen before keeps its first event.
+fn join(all: &mut Keys, later: &mut Keys) {
     if all.is_empty() {
-        *all = later;
+        std::mem::swap(all, later);
         return;
     }
     all.reserve(later.len());
-    for (h, side) in later {
+    for (h, side) in later.drain() {
         all.entry(h)
             .and_modify(|s| s.count += side.count)
             .or_insert(side);
