@@ -375,8 +375,8 @@ fn offloads_retransmissions_and_an_early_end_give_the_same_results_on_any_number
 }
 
 /// More files than are decoded ahead each (`input::ahead::MAX_FILES`): the pool decodes the
-/// chunks the merge asks for, a budget shared by all files, with the alignment's sample kept for
-/// the first 16 files and read from copies for the others, and a file cut short among them.
+/// chunks the merge asks for, a budget shared by all files, with the alignment's sample read from
+/// copies of the files (reusing each reading thread's tables), and a file cut short among them.
 #[test]
 fn more_files_than_are_decoded_ahead_give_the_same_results_on_any_number_of_threads() {
     let dir = tempfile::tempdir().unwrap();

@@ -198,11 +198,6 @@ impl Stream {
         )
     }
 
-    /// [`TraceFile::chunk_bytes`] of the chunk in hand.
-    fn take_bytes(&mut self) -> u64 {
-        self.file.chunk_bytes()
-    }
-
     #[inline]
     fn aligned(&self, e: &PacketEvent) -> i64 {
         (e.ts_ns as i64).saturating_add(self.offset)
@@ -537,7 +532,7 @@ impl Reader {
                     heap.push(Reverse((next, i)));
                     break;
                 }
-                m.bytes += st.take_bytes();
+                m.bytes += st.file.chunk_bytes();
                 let events = st.chunk().0;
                 // The span ends with the last event of the last chunk (per chunk, not per
                 // event: this loop is the hot path).
