@@ -5,12 +5,19 @@
 //! multi-kernel VM lab, the end-to-end demo with random skews (real kernel, real traffic,
 //! every figure checked against the injected truth), then the cluster lab (every topology, both
 //! agent modes, each figure against its expectation).
+use std::{path::Path, process::Command};
+
 use anyhow::{Result, ensure};
 
 use crate::{
     setup::run_setup,
-    util::{cargo, defaults, run},
+    util::{cargo, defaults, output, run, target_dir},
 };
+
+/// GiB a whole run fills from a clean clone with CI's settings (`.ci/run`: no incremental caches,
+/// line tables only in the test binaries): `target/` and `fuzz/target/`, measured at their peak
+/// on 2026-11-28. Incremental builds and full debug info (a developer's defaults) need more.
+const DISK_NEEDED_GIB: u64 = 10;
 
 /// Seconds of traffic per topology in the cluster lab's CI run: ten runs of about 12 s each (the
 /// traffic, the agents' start and stop, the analysis) on a 2-core machine.
@@ -46,6 +53,7 @@ pub struct Args {
 
 impl Args {
     pub fn run(self) -> Result<()> {
+        warn_if_disk_short();
         if !self.no_setup {
             run_setup(true)?;
         }
@@ -112,4 +120,42 @@ impl Args {
         }
         Ok(())
     }
+}
+
+/// Says so before a long run that would fail half an hour in with "No space left on device"
+/// (it once did in CI): the builds below fill [`DISK_NEEDED_GIB`] from a clean clone.
+fn warn_if_disk_short() {
+    let dir = target_dir();
+    let Some(free) = free_gib(existing_ancestor(&dir)) else {
+        return;
+    };
+    if free < DISK_NEEDED_GIB {
+        eprintln!(
+            "test: warning: {free} GiB free for {}; a clean run fills about {DISK_NEEDED_GIB} GiB \
+             there (builds, tarballs, fuzzing). Free some space (`cargo clean` removes old \
+             builds) or expect the run to stop with \"No space left on device\".",
+            dir.display()
+        );
+    }
+}
+
+/// The nearest folder of `path` that exists (a fresh clone has no `target/` yet).
+fn existing_ancestor(path: &Path) -> &Path {
+    path.ancestors()
+        .find(|p| p.is_dir())
+        .unwrap_or(Path::new("/"))
+}
+
+/// Free GiB on the file system holding `dir`, as `df` reports them to an unprivileged writer;
+/// `None` when `df` cannot tell (the run goes on, unwarned).
+fn free_gib(dir: &Path) -> Option<u64> {
+    let out = output(Command::new("df").args(["-Pk", "--"]).arg(dir))?;
+    let kib: u64 = out
+        .lines()
+        .nth(1)?
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()?;
+    Some(kib >> 20)
 }
